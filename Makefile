@@ -1,0 +1,57 @@
+# Tidelog's two commands for users: `make run` (a local cluster with a demo) and `make test`.
+# Both create .venv and install what they need, so they work on a fresh machine.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+PROTOS := $(wildcard proto/tidelog/v1/*.proto)
+# Pure packages get strict typing (no I/O, no clocks: the code the simulations drive).
+MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py
+
+.PHONY: run test lint typecheck proto proto-check unit integration bench bench-storage clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP) lint typecheck proto-check
+	$(PY) -m pytest -q -m "not slow" tests
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy --strict $(MYPY_STRICT)
+
+# Regenerate the protobuf/gRPC code from proto/ (committed in tidelog/v1/).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+
+# Fails when the committed generated code differs from what proto/ generates.
+proto-check: $(STAMP)
+	@tmp=$$(mktemp -d) && \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --pyi_out=$$tmp --grpc_python_out=$$tmp $(PROTOS) && \
+	diff -r -x __init__.py -x __pycache__ $$tmp/tidelog/v1 tidelog/v1 && rm -rf $$tmp && \
+	echo "proto-check: generated code is up to date"
+
+bench-storage: $(STAMP)
+	$(PY) -m bench.storage
+
+bench: bench-storage
+
+run: $(STAMP)
+	$(PY) -m tidelog.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,44 @@
+"""Every limit in one place, as named constants whose relations are asserted at import.
+
+Kafka's defaults are used where Kafka has one (names in comments). Servers import their limits
+from here so a reader finds every bound in one file.
+"""
+
+from __future__ import annotations
+
+# --- record batches -------------------------------------------------------------------------
+#: Kafka's message.max.bytes / max.message.bytes default (1 MiB + batch overhead).
+MESSAGE_BYTES_MAX = 1_048_588
+#: The largest max.message.bytes a topic may configure.
+MESSAGE_BYTES_MAX_CONFIGURABLE = 64 * 1024 * 1024
+#: Records in one batch. Kafka has no such limit; one bounds decoding work and memory.
+BATCH_RECORDS_MAX = 1_000_000
+#: Uncompressed payload of one batch; bounds decompression (a "zip bomb" is refused here).
+BATCH_UNCOMPRESSED_BYTES_MAX = 128 * 1024 * 1024
+#: Keys and values: bounded by the batch limits; headers per record bounded separately.
+RECORD_HEADERS_MAX = 1024
+
+# --- requests and gRPC ----------------------------------------------------------------------
+#: Produce/fetch request and response size limit on the gRPC channel (socket.request.max.bytes
+#: is 100 MiB in Kafka); must hold a configured max message with room for framing.
+GRPC_MESSAGE_BYTES_MAX = 128 * 1024 * 1024
+#: fetch.max.bytes default (consumer, per request) and max.partition.fetch.bytes default.
+FETCH_BYTES_MAX_DEFAULT = 50 * 1024 * 1024
+PARTITION_FETCH_BYTES_MAX_DEFAULT = 1024 * 1024
+#: Long-poll bound for fetch.max.wait.ms a client may ask for.
+FETCH_WAIT_MS_MAX = 30_000
+
+# --- topics and partitions -------------------------------------------------------------------
+TOPIC_NAME_LENGTH_MAX = 249
+PARTITIONS_PER_TOPIC_MAX = 10_000
+PARTITIONS_PER_REQUEST_MAX = 100_000
+REPLICATION_FACTOR_MAX = 16
+
+# --- storage ---------------------------------------------------------------------------------
+#: Leader-epoch cache entries kept per partition (oldest dropped beyond it after truncation of
+#: the log start; Kafka keeps them all but they only grow with leader changes).
+LEADER_EPOCH_ENTRIES_MAX = 10_000
+
+assert MESSAGE_BYTES_MAX <= MESSAGE_BYTES_MAX_CONFIGURABLE < GRPC_MESSAGE_BYTES_MAX
+assert PARTITION_FETCH_BYTES_MAX_DEFAULT <= FETCH_BYTES_MAX_DEFAULT < GRPC_MESSAGE_BYTES_MAX
+assert BATCH_UNCOMPRESSED_BYTES_MAX <= GRPC_MESSAGE_BYTES_MAX
