@@ -1,0 +1,1 @@
+"""Tidelog broker: storage, replication, serving."""

@@ -1,0 +1,1 @@
+"""Fault injection, workloads and checkers."""

@@ -1,0 +1,1 @@
+"""Tidelog controller: the metadata quorum."""

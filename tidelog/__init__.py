@@ -1,0 +1,1 @@
+"""Tidelog: a distributed, replicated event log (shared library, client and CLI)."""
