@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from tidelog.v1.common_pb2 import ErrorCode
 
-__all__ = ["TidelogError", "ErrorCode", "error_for_code", "raise_for_code", "ERROR_CLASSES"]
+__all__ = ["ERROR_CLASSES", "ErrorCode", "TidelogError", "error_for_code", "raise_for_code"]
 
 
 class TidelogError(Exception):
@@ -32,7 +32,7 @@ class TidelogError(Exception):
 
     @property
     def code_name(self) -> str:
-        return ErrorCode.Name(self.code)
+        return str(ErrorCode.Name(self.code))
 
     def __str__(self) -> str:
         return f"{self.code_name}: {self.message}"
