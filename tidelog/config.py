@@ -1,0 +1,281 @@
+"""Node configuration: one TOML file per node, every key documented with its default.
+
+``tidelog server --config node.toml`` reads it. Keys are grouped in tables by role
+(``[controller]``, ``[broker]``, ``[metrics]``); unknown keys are an error that names the key, so a
+typo never silently falls back to a default. ``docs/configuration.md`` is generated from the
+``doc`` of each field (``python -m tidelog.config --markdown``).
+
+Example (a combined node)::
+
+    node_id = 1
+    roles = ["controller", "broker"]
+    data_dir = "/var/lib/tidelog/node-1"
+
+    [[controller.voters]]
+    id = 1
+    host = "127.0.0.1"
+    port = 9093
+    raft_port = 9094
+
+    [broker]
+    port = 9092
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidelog.errors import InvalidConfigError
+
+__all__ = [
+    "BrokerConfig",
+    "ControllerConfig",
+    "MetricsConfig",
+    "NodeConfig",
+    "VoterConfig",
+    "load_config",
+    "parse_config",
+]
+
+ROLES = ("controller", "broker")
+
+
+def _doc(text: str, default: Any = dataclasses.MISSING, **kw: Any) -> Any:
+    """A dataclass field carrying its one-line documentation (for the reference page)."""
+    if default is not dataclasses.MISSING:
+        kw["default"] = default
+    return field(metadata={"doc": text}, **kw)
+
+
+@dataclass(frozen=True)
+class VoterConfig:
+    """One controller of the quorum (Kafka's controller.quorum.voters entry)."""
+
+    id: int = _doc("node id of the controller")
+    host: str = _doc("host the controller's gRPC and Raft ports are reached at")
+    port: int = _doc("ControllerService gRPC port", 9093)
+    raft_port: int = _doc("Raft (pysyncobj) port; keep it on a private network", 9094)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """[controller]: the metadata quorum."""
+
+    voters: tuple[VoterConfig, ...] = _doc(
+        "the controller quorum: a [[controller.voters]] table per controller (id, host, port, "
+        "raft_port); brokers use it to find controllers too",
+        default_factory=tuple,
+    )
+    listen_host: str = _doc("address the ControllerService and Raft ports bind to", "127.0.0.1")
+    raft_password: str = _doc(
+        "shared secret for the Raft transport (pysyncobj encrypts with it); empty = none: then "
+        "the Raft port must be private",
+        "",
+    )
+    broker_session_timeout_ms: int = _doc(
+        "a broker without a heartbeat for this long is fenced (Kafka's broker.session.timeout.ms)",
+        9000,
+    )
+    election_timeout_min_ms: int = _doc("Raft election timeout, lower bound", 200)
+    election_timeout_max_ms: int = _doc("Raft election timeout, upper bound", 500)
+    append_entries_period_ms: int = _doc("Raft heartbeat period of the leader", 50)
+    snapshot_min_entries: int = _doc("take a metadata snapshot after this many Raft entries", 5000)
+    fence_check_interval_ms: int = _doc("how often the active controller checks sessions", 250)
+    default_num_partitions: int = _doc("partitions of a topic created with -1 (num.partitions)", 1)
+    default_replication_factor: int = _doc(
+        "replication factor of a topic created with -1 (default.replication.factor)", 1
+    )
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """[broker]: serving clients and replicating partitions."""
+
+    host: str = _doc("host clients and other brokers reach this broker at", "127.0.0.1")
+    listen_host: str = _doc("address the broker's gRPC port binds to", "127.0.0.1")
+    port: int = _doc("BrokerService/ReplicaService gRPC port", 9092)
+    rack: str = _doc("rack label used to spread replicas; empty = none", "")
+    heartbeat_interval_ms: int = _doc("how often the broker heartbeats to the controller", 2000)
+    replica_lag_time_max_ms: int = _doc(
+        "a follower not caught up for this long leaves the ISR (replica.lag.time.max.ms)", 30000
+    )
+    replica_fetch_wait_max_ms: int = _doc("long-poll wait of follower fetches", 500)
+    log_flush_policy: str = _doc(
+        "never | interval | every_batch: when appends are fsynced (the WAL is always on)", "never"
+    )
+    log_flush_interval_ms: int = _doc("fsync period when log_flush_policy = interval", 1000)
+    log_retention_check_interval_ms: int = _doc("how often retention runs", 300_000)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """[metrics]: Prometheus /metrics, /healthz and /readyz over HTTP."""
+
+    host: str = _doc("address the metrics HTTP server binds to", "127.0.0.1")
+    port: int = _doc("metrics port; 0 = disabled", 0)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Top level of a node's config file."""
+
+    node_id: int = _doc("this node's id, unique in the cluster (>= 0)")
+    data_dir: str = _doc("directory for this node's data; formatted once with the cluster id")
+    roles: tuple[str, ...] = _doc(
+        'what this node runs: ["controller"], ["broker"] or both (combined mode)',
+        default_factory=lambda: ("controller", "broker"),
+    )
+    cluster_id: str = _doc(
+        "expected cluster id; empty = take it from the formatted data dir", ""
+    )
+    log_level: str = _doc("DEBUG, INFO, WARNING or ERROR", "INFO")
+    controller: ControllerConfig = _doc("[controller] table", default_factory=ControllerConfig)
+    broker: BrokerConfig = _doc("[broker] table", default_factory=BrokerConfig)
+    metrics: MetricsConfig = _doc("[metrics] table", default_factory=MetricsConfig)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    def voter(self) -> VoterConfig:
+        """This node's own entry in the voter list (controllers only)."""
+        for v in self.controller.voters:
+            if v.id == self.node_id:
+                return v
+        raise InvalidConfigError(
+            f"node_id {self.node_id} has the controller role but is not in [[controller.voters]]"
+        )
+
+
+def _build(cls: type[Any], table: dict[str, Any], where: str) -> Any:
+    """Build dataclass ``cls`` from a TOML table, rejecting unknown keys and wrong types."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise InvalidConfigError(
+            f"unknown config key '{where}{unknown[0]}' (known: {', '.join(sorted(fields))})"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in table.items():
+        kwargs[name] = _convert(cls, fields[name], value, f"{where}{name}")
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        missing = [n for n, f in fields.items() if _required(f) and n not in table]
+        what = f"{where}{missing[0]}" if missing else str(e)
+        raise InvalidConfigError(f"missing config key {what}") from None
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+_NESTED = {"controller": ControllerConfig, "broker": BrokerConfig, "metrics": MetricsConfig}
+
+
+def _convert(cls: type[Any], f: dataclasses.Field[Any], value: Any, key: str) -> Any:
+    if cls is NodeConfig and f.name in _NESTED:
+        if not isinstance(value, dict):
+            raise InvalidConfigError(f"{key} must be a table")
+        return _build(_NESTED[f.name], value, f"{key}.")
+    if cls is ControllerConfig and f.name == "voters":
+        if not isinstance(value, list):
+            raise InvalidConfigError(f"{key} must be an array of tables ([[controller.voters]])")
+        return tuple(_build(VoterConfig, v, f"{key}[{i}].") for i, v in enumerate(value))
+    if f.name == "roles":
+        if not isinstance(value, list) or not value or not set(value) <= set(ROLES):
+            raise InvalidConfigError(f"{key} must be a non-empty list of {ROLES}, got {value!r}")
+        return tuple(value)
+    expected = {"int": int, "str": str}.get(str(f.type))
+    if expected is not None and (not isinstance(value, expected) or isinstance(value, bool)):
+        raise InvalidConfigError(f"{key} must be {f.type}, got {value!r}")
+    return value
+
+
+def _validate(cfg: NodeConfig) -> NodeConfig:
+    if cfg.node_id < 0:
+        raise InvalidConfigError(f"node_id must be >= 0, got {cfg.node_id}")
+    if not cfg.controller.voters:
+        raise InvalidConfigError("[[controller.voters]] is empty: list the controller quorum")
+    ids = [v.id for v in cfg.controller.voters]
+    if len(set(ids)) != len(ids):
+        raise InvalidConfigError(f"[[controller.voters]] has duplicate ids: {ids}")
+    if cfg.is_controller:
+        cfg.voter()
+    c = cfg.controller
+    if not 0 < c.election_timeout_min_ms < c.election_timeout_max_ms:
+        raise InvalidConfigError("controller.election_timeout_min_ms must be > 0 and < max")
+    if c.election_timeout_min_ms <= 3 * c.append_entries_period_ms:
+        raise InvalidConfigError(
+            "controller.election_timeout_min_ms must exceed 3 * append_entries_period_ms "
+            "(pysyncobj's rule: followers would time out between heartbeats)"
+        )
+    if cfg.broker.log_flush_policy not in ("never", "interval", "every_batch"):
+        raise InvalidConfigError(
+            f"broker.log_flush_policy must be never, interval or every_batch, "
+            f"got {cfg.broker.log_flush_policy!r}"
+        )
+    if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise InvalidConfigError(f"log_level {cfg.log_level!r} is not a log level")
+    return cfg
+
+
+def parse_config(text: str, *, source: str = "<config>") -> NodeConfig:
+    """Parse and validate a node config from TOML text."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidConfigError(f"{source} is not valid TOML: {e}") from None
+    cfg: NodeConfig = _build(NodeConfig, table, "")
+    return _validate(cfg)
+
+
+def load_config(path: str | Path) -> NodeConfig:
+    """Read, parse and validate a node config file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InvalidConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    return parse_config(text, source=str(p))
+
+
+def markdown() -> str:
+    """Every key with its default and doc, as a Markdown reference."""
+    lines = ["# Node configuration reference", "",
+             "Generated by `python -m tidelog.config --markdown`; one TOML file per node.", ""]
+    for title, cls in (("top level", NodeConfig), ("[controller]", ControllerConfig),
+                       ("[[controller.voters]]", VoterConfig), ("[broker]", BrokerConfig),
+                       ("[metrics]", MetricsConfig)):
+        lines += [f"## {title}", "", "| key | default | meaning |", "|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            if f.name in _NESTED:
+                continue
+            default = ("(required)" if _required(f) else
+                       repr(f.default_factory()) if f.default is dataclasses.MISSING  # type: ignore[misc]
+                       else repr(f.default))
+            lines.append(f"| `{f.name}` | `{default}` | {f.metadata['doc']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown())
