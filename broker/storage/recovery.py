@@ -93,19 +93,27 @@ def load_partition(
         repair.put(Column.PARTITION_STATE, keys.epochs, state.epochs.encode())
     if (start, hw) != (state.log_start_offset, state.high_watermark):
         repair.put(Column.PARTITION_STATE, keys.meta, META.pack(start, hw))
+    try:
+        loaded = PartitionLog(
+            store,
+            tp,
+            config,
+            log_start_offset=start,
+            log_end_offset=leo,
+            high_watermark=hw,
+            segments=segments,
+            epochs=state.epochs,
+        )
+    except AssertionError as e:
+        # Damage recovery does not know how to repair (e.g. a hole in the segment index).
+        raise KafkaStorageErrorError(
+            f"{tp}: the partition's state is inconsistent ({e}); delete the partition here and "
+            "let it re-replicate"
+        ) from None
     if len(repair):
         log.warning("%s: recovery repaired the partition (%d writes)", tp, len(repair))
         store.write(repair)
-    return PartitionLog(
-        store,
-        tp,
-        config,
-        log_start_offset=start,
-        log_end_offset=leo,
-        high_watermark=hw,
-        segments=segments,
-        epochs=state.epochs,
-    )
+    return loaded
 
 
 def _last_good_batch(

@@ -141,6 +141,14 @@ def test_an_index_that_disagrees_with_the_log_is_rebuilt(tmp_path: Path) -> None
     storage.close()
 
 
+def test_a_hole_in_the_segment_index_is_refused(tmp_path: Path) -> None:
+    written_log(tmp_path, batches=3)
+    damage(tmp_path, (Column.PARTITION_STATE, KEYS.segment(0), Segment(0, 2, 7, 0, 0).encode()),
+           (Column.PARTITION_STATE, KEYS.segment(4), Segment(4, 6, 7, 0, 0).encode()))
+    with pytest.raises(KafkaStorageErrorError, match="inconsistent"):
+        open_storage(tmp_path)
+
+
 def test_unknown_state_is_refused(tmp_path: Path) -> None:
     written_log(tmp_path, batches=1)
     damage(tmp_path, (Column.PARTITION_STATE, KEYS.prefix + b"Z", b"?"))
