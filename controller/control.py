@@ -1,0 +1,366 @@
+"""ControllerLogic: the pure core of one controller, as the quorum loop drives it.
+
+It holds the **committed image** (every committed record replayed, in order) and, while this
+controller is active, a **speculative image**: the committed image plus the batches it has
+proposed that are not committed yet. Managers read the speculative image, so a request sees the
+effects of earlier proposals still in flight (what Kafka's timeline data structures give it).
+
+How the quorum loop uses it (one thread or task; nothing here is thread-safe):
+
+1. Every committed batch, on every controller, in log order:
+   ``outcome = logic.replay_batch(records, base_offset)``. ``base_offset`` is the metadata offset
+   of the batch's first record (offsets count records: the committed offset + 1).
+2. On becoming the Raft leader, once the committed image holds every entry that was in the log
+   at the election (Kafka waits the same way): ``result = logic.on_become_active(now_ms)`` and
+   propose ``result.records`` (a NoOpRecord). On losing leadership: ``on_resign()``.
+3. Per request: ``result = logic.handle_<rpc>(request, now_ms)``. If ``result.records`` is not
+   empty, propose them as one batch (``records.encode_batch``). Send ``result.response`` once the
+   committed offset reaches ``result.response_offset`` -- and, when there were records, only if
+   the batch committed at ``result.base_offset`` (``outcome.own`` and ``outcome.base_offset``).
+4. Periodically: ``logic.maybe_fence_stale_brokers(now_ms)``; propose its records if any.
+5. If a proposal fails, or ``outcome.diverged`` (a batch this controller did not propose, or not
+   in the order it did, committed while it was active): call ``abandon_pending()`` if it did not
+   already happen, and answer every outstanding request NOT_CONTROLLER (retriable). Their records
+   may still commit; replay re-checks them, and they are atomic per batch, so the image stays
+   valid either way.
+
+Responses are computed when the records are proposed, from the speculative image: for example a
+RegisterBroker's broker epoch is the offset its record will get. That is exact as long as the
+batch commits at the offset reserved for it (then every record applies, since the speculative
+image it was made from *is* the committed image at that point; ``replay_batch`` asserts so).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from controller.delta import MetadataDelta, apply_records
+from controller.image import MetadataImage
+from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
+from controller.managers.cluster_control import ClusterControlManager
+from controller.managers.common import ControllerConfig, ErrorFields, set_error
+from controller.managers.config_control import ConfigControlManager
+from controller.managers.producer_id_control import ProducerIdControlManager
+from controller.managers.replication_control import ReplicationControlManager
+from controller.records import (
+    RECORDS_PER_BATCH_MAX,
+    image_from_snapshot,
+    image_to_snapshot,
+    metadata_record,
+)
+from tidelog.errors import NotControllerError
+from tidelog.v1 import controller_pb2, metadata_pb2
+
+__all__ = [
+    "ControllerConfig",
+    "ControllerLogic",
+    "ControllerResult",
+    "ControllerStats",
+    "ReplayOutcome",
+]
+
+T = TypeVar("T")
+R = TypeVar("R", bound=ErrorFields)
+#: Proposed batches not yet committed. Raft bounds them too; this is the controller's own limit.
+PENDING_BATCHES_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerResult(Generic[T]):
+    """What a handler decided: records to propose as one batch, and the response to send."""
+
+    records: tuple[metadata_pb2.MetadataRecord, ...]
+    response: T
+    #: The metadata offset the first record gets if the batch commits where it was reserved
+    #: (the next free offset when there are no records).
+    base_offset: int
+    #: Send the response once the committed offset reaches this: the batch's last offset, or,
+    #: without records, the last offset proposed so far (so the answer reflects committed state).
+    response_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """What replaying one committed batch did."""
+
+    base_offset: int
+    #: Why the whole batch was a no-op (a record's precondition failed), or None if it applied.
+    ignored: str | None
+    #: The batch was this controller's next proposal, committed at its reserved offset.
+    own: bool
+    #: Active, and the batch was not the next proposal: speculative state was reset to the
+    #: committed image and pending proposals forgotten (see the module doc, step 5).
+    diverged: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStats:
+    """Counts for metrics and logs (committed image, plus this controller's pending batches)."""
+
+    registered_brokers: int
+    fenced_brokers: int
+    topics: int
+    partitions: int
+    offline_partitions: int
+    pending_batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    base_offset: int
+    records: tuple[metadata_pb2.MetadataRecord, ...]
+
+
+class ControllerLogic:
+    """One controller's metadata state and request handling, without I/O or clocks."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        rng: random.Random,
+        config: ControllerConfig | None = None,
+        image: MetadataImage | None = None,
+        check_speculative: bool = False,
+    ) -> None:
+        """``check_speculative`` (tests) compares speculative and committed digests whenever
+        every proposal has committed: they must be equal."""
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._config = config or ControllerConfig()
+        self._check_speculative = check_speculative
+        self._committed = image or MetadataImage.empty()
+        self._image = self._committed
+        self._pending: deque[_Pending] = deque()
+        self._active = False
+        self._heartbeats = BrokerHeartbeatTracker(self._config.broker_session_timeout_ms)
+        self._replication = ReplicationControlManager(self._config, rng)
+        self._cluster = ClusterControlManager(
+            cluster_id=cluster_id, heartbeats=self._heartbeats, replication=self._replication
+        )
+        self._configs = ConfigControlManager()
+        self._producer_ids = ProducerIdControlManager(self._config)
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        return self._node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    @property
+    def committed_image(self) -> MetadataImage:
+        """Every committed record replayed; what DescribeConfigs and snapshots read."""
+        return self._committed
+
+    @property
+    def image(self) -> MetadataImage:
+        """The speculative image: committed plus pending proposals (= committed on standby)."""
+        return self._image
+
+    @property
+    def committed_offset(self) -> int:
+        return self._committed.offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next proposed record will get."""
+        return self._image.offset + 1
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self._pending)
+
+    @property
+    def heartbeats(self) -> BrokerHeartbeatTracker:
+        """Broker sessions (soft state; empty on standby)."""
+        return self._heartbeats
+
+    def stats(self) -> ControllerStats:
+        """Gauges for metrics, from the committed image."""
+        cluster = self._committed.cluster
+        return ControllerStats(
+            registered_brokers=len(cluster.brokers),
+            fenced_brokers=sum(1 for b in cluster.brokers.values() if b.fenced),
+            topics=len(self._committed.topics.by_id),
+            partitions=sum(t.num_partitions for t in self._committed.topics.by_id.values()),
+            offline_partitions=sum(
+                1 for _, _, p in self._committed.topics.iter_partitions() if not p.has_leader
+            ),
+            pending_batches=len(self._pending),
+        )
+
+    # --- leadership ---------------------------------------------------------------------------
+
+    def on_become_active(self, now_ms: int) -> ControllerResult[None]:
+        """Start acting as the active controller; propose the returned NoOpRecord first."""
+        assert not self._active
+        self._active = True
+        self.abandon_pending()
+        self._cluster.on_become_active(self._committed, now_ms)
+        record = metadata_record(metadata_pb2.NoOpRecord(controller_id=self._node_id))
+        return self._propose([record], None)
+
+    def on_resign(self) -> None:
+        """Stop acting as active: drop speculative state and heartbeat sessions."""
+        self._active = False
+        self.abandon_pending()
+        self._heartbeats.clear()
+
+    def abandon_pending(self) -> None:
+        """Forget proposals not yet committed; the speculative image becomes the committed one."""
+        self._pending.clear()
+        self._image = self._committed
+
+    # --- the committed log --------------------------------------------------------------------
+
+    def replay_batch(
+        self, records: Sequence[metadata_pb2.MetadataRecord], base_offset: int
+    ) -> ReplayOutcome:
+        """Apply one committed batch (offsets base_offset..) to the committed image."""
+        assert base_offset == self._committed.offset + 1, (
+            f"committed batches must be contiguous: {base_offset} after {self._committed.offset}"
+        )
+        delta = MetadataDelta(self._committed)
+        ignored = delta.replay_batch(records, base_offset)
+        self._committed = delta.apply()
+        own = bool(self._pending) and self._pending[0] == _Pending(base_offset, tuple(records))
+        diverged = False
+        if own:
+            # Made from the speculative image, which equals the committed image here.
+            assert ignored is None, f"own batch at its reserved offset did not apply: {ignored}"
+            self._pending.popleft()
+            if not self._pending:
+                self._settle_speculative()
+        elif self._active:
+            diverged = True
+            self.abandon_pending()
+        else:
+            self._image = self._committed
+        return ReplayOutcome(base_offset, ignored, own, diverged)
+
+    def _settle_speculative(self) -> None:
+        assert self._image.offset == self._committed.offset
+        if self._check_speculative:
+            assert self._image.digest() == self._committed.digest()
+        self._image = self._committed
+
+    def restore_snapshot(self, snapshot: metadata_pb2.MetadataSnapshot) -> None:
+        """Replace the committed image with a snapshot's (at start, or a follower catching up).
+
+        Raises what ``records.image_from_snapshot`` raises for a bad snapshot. Pending proposals
+        are forgotten (a controller installing a snapshot is not leading anyway).
+        """
+        image = image_from_snapshot(snapshot, cluster_id=self._cluster_id)
+        assert image.offset >= self._committed.offset, "a snapshot never goes back in the log"
+        self._committed = image
+        self.abandon_pending()
+
+    def committed_snapshot(self) -> metadata_pb2.MetadataSnapshot:
+        """The committed image as a snapshot."""
+        return image_to_snapshot(self._committed, cluster_id=self._cluster_id)
+
+    # --- proposals ----------------------------------------------------------------------------
+
+    def _propose(
+        self, records: Sequence[metadata_pb2.MetadataRecord], response: T
+    ) -> ControllerResult[T]:
+        assert self._active
+        assert len(records) <= RECORDS_PER_BATCH_MAX
+        base_offset = self._image.offset + 1
+        if records:
+            assert len(self._pending) < PENDING_BATCHES_MAX
+            self._image = apply_records(self._image, records)
+            self._pending.append(_Pending(base_offset, tuple(records)))
+        return ControllerResult(tuple(records), response, base_offset, self._image.offset)
+
+    def _not_active(self, response: R) -> ControllerResult[R]:
+        set_error(response, NotControllerError(
+            f"controller {self._node_id} is not the active controller"
+        ))
+        return ControllerResult((), response, self.next_offset, self._committed.offset)
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def handle_register_broker(
+        self, request: controller_pb2.RegisterBrokerRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.RegisterBrokerResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.RegisterBrokerResponse())
+        return self._propose(*self._cluster.register_broker(self._image, request, now_ms))
+
+    def handle_broker_heartbeat(
+        self, request: controller_pb2.BrokerHeartbeatRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.BrokerHeartbeatResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.BrokerHeartbeatResponse())
+        return self._propose(*self._cluster.broker_heartbeat(self._image, request, now_ms))
+
+    def handle_alter_partition(
+        self, request: controller_pb2.AlterPartitionRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.AlterPartitionResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.AlterPartitionResponse())
+        return self._propose(*self._replication.alter_partition(self._image, request))
+
+    def handle_create_topics(
+        self, request: controller_pb2.CreateTopicsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.CreateTopicsResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.CreateTopicsResponse())
+        return self._propose(*self._replication.create_topics(self._image, request))
+
+    def handle_delete_topics(
+        self, request: controller_pb2.DeleteTopicsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.DeleteTopicsResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.DeleteTopicsResponse())
+        return self._propose(*self._replication.delete_topics(self._image, request))
+
+    def handle_create_partitions(
+        self, request: controller_pb2.CreatePartitionsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.CreatePartitionsResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.CreatePartitionsResponse())
+        return self._propose(*self._replication.create_partitions(self._image, request))
+
+    def handle_alter_configs(
+        self, request: controller_pb2.AlterConfigsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.AlterConfigsResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.AlterConfigsResponse())
+        return self._propose(*self._configs.alter_configs(self._image, request))
+
+    def handle_describe_configs(
+        self, request: controller_pb2.DescribeConfigsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.DescribeConfigsResponse]:
+        """Read-only, from the committed image, on any controller (it may be slightly stale on
+        a standby); no records, and the response may be sent at once."""
+        response = self._configs.describe_configs(self._committed, request)
+        return ControllerResult((), response, self.next_offset, self._committed.offset)
+
+    def handle_allocate_producer_ids(
+        self, request: controller_pb2.AllocateProducerIdsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.AllocateProducerIdsResponse]:
+        if not self._active:
+            return self._not_active(controller_pb2.AllocateProducerIdsResponse())
+        return self._propose(*self._producer_ids.allocate_producer_ids(self._image, request))
+
+    def maybe_fence_stale_brokers(self, now_ms: int) -> ControllerResult[None]:
+        """Periodic tick: fence brokers silent for longer than broker.session.timeout.ms, with
+        their leader and ISR changes, in one batch (no records when there is nothing to do)."""
+        if not self._active:
+            return ControllerResult((), None, self.next_offset, self._committed.offset)
+        return self._propose(self._cluster.fence_stale_brokers(self._image, now_ms), None)

@@ -1,0 +1,319 @@
+"""The metadata image: the cluster metadata as of one metadata offset, immutable.
+
+As in Kafka's ``org.apache.kafka.image``, the image is never changed in place: records are
+replayed into a :class:`controller.delta.MetadataDelta`, whose ``apply()`` builds the next image,
+sharing every unchanged part with the previous one. Readers (control managers, DescribeConfigs,
+the brokers' metadata publishers) may keep an image as long as they like.
+
+Parts, one per aggregate: :class:`ClusterImage` (broker registrations), :class:`TopicsImage`
+(topics and their :class:`PartitionRegistration`\\ s), :class:`ConfigurationsImage` (config
+overrides per resource), :class:`ProducerIdsImage` (the next producer id to hand out).
+
+:meth:`MetadataImage.digest` is a SHA-256 over a canonical text encoding
+(:meth:`MetadataImage.canonical_lines`): every controller that replayed the same records has the
+same digest, which tests and the quorum's divergence checks compare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TypeVar
+
+from tidelog import configs
+from tidelog.v1 import metadata_pb2
+
+__all__ = [
+    "EMPTY_OFFSET",
+    "NO_LEADER",
+    "TOPIC_ID_BYTES",
+    "BrokerRegistration",
+    "ClusterImage",
+    "ConfigurationsImage",
+    "MetadataImage",
+    "PartitionRegistration",
+    "ProducerIdsImage",
+    "TopicImage",
+    "TopicsImage",
+    "frozen_mapping",
+    "partition_problem",
+]
+
+#: The offset of an image that has replayed nothing.
+EMPTY_OFFSET = -1
+#: Leader id of a partition without a leader (offline).
+NO_LEADER = -1
+#: Topic ids and incarnation ids are UUIDs.
+TOPIC_ID_BYTES = 16
+
+TOPIC = metadata_pb2.CONFIG_RESOURCE_TOPIC
+BROKER = metadata_pb2.CONFIG_RESOURCE_BROKER
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def frozen_mapping(items: Mapping[K, V]) -> Mapping[K, V]:
+    """A read-only copy of ``items`` (images hold only these)."""
+    return MappingProxyType(dict(items))
+
+
+# --- cluster ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """One registered broker (Kafka's BrokerRegistration)."""
+
+    broker_id: int
+    incarnation_id: bytes  # 16-byte UUID of the broker process
+    broker_epoch: int  # metadata offset of its RegisterBrokerRecord
+    host: str
+    port: int
+    rack: str  # "" when not set
+    fenced: bool
+    in_controlled_shutdown: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.broker_id >= 0
+        assert len(self.incarnation_id) == TOPIC_ID_BYTES
+        assert self.broker_epoch >= 0
+        # A fenced broker has left controlled shutdown (fencing ends it).
+        assert not (self.fenced and self.in_controlled_shutdown)
+
+    @property
+    def is_active(self) -> bool:
+        """Eligible for leadership, new ISR membership and new replicas."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterImage:
+    """Registered brokers by id."""
+
+    brokers: Mapping[int, BrokerRegistration]
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        return self.brokers.get(broker_id)
+
+    def is_active(self, broker_id: int) -> bool:
+        registration = self.brokers.get(broker_id)
+        return registration is not None and registration.is_active
+
+    def is_unfenced(self, broker_id: int) -> bool:
+        registration = self.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    def active_brokers(self) -> list[BrokerRegistration]:
+        """Brokers eligible for placement and leadership, by id."""
+        return [b for _, b in sorted(self.brokers.items()) if b.is_active]
+
+
+# --- topics -----------------------------------------------------------------------------------
+
+
+def partition_problem(replicas: tuple[int, ...], isr: tuple[int, ...], leader: int) -> str | None:
+    """What is wrong with this replicas/ISR/leader triple, or None if it is consistent.
+
+    The invariants: replicas non-empty, distinct and >= 0; ISR a non-empty, duplicate-free subset
+    of the replicas; leader a member of the ISR or NO_LEADER.
+    """
+    if not replicas:
+        return "replicas are empty"
+    if len(set(replicas)) != len(replicas):
+        return f"replicas {list(replicas)} repeat a broker"
+    if min(replicas) < 0:
+        return f"replicas {list(replicas)} contain a negative broker id"
+    if not isr:
+        return "ISR is empty"
+    if len(set(isr)) != len(isr):
+        return f"ISR {list(isr)} repeats a broker"
+    if not set(isr) <= set(replicas):
+        return f"ISR {list(isr)} is not a subset of replicas {list(replicas)}"
+    if leader != NO_LEADER and leader not in isr:
+        return f"leader {leader} is not in ISR {list(isr)}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    """One partition's assignment and leadership (Kafka's PartitionRegistration)."""
+
+    replicas: tuple[int, ...]  # preferred leader first
+    isr: tuple[int, ...]
+    leader: int  # NO_LEADER when offline
+    leader_epoch: int
+    partition_epoch: int
+
+    def __post_init__(self) -> None:
+        problem = partition_problem(self.replicas, self.isr, self.leader)
+        assert problem is None, problem
+        assert self.leader_epoch >= 0 and self.partition_epoch >= 0
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    """A topic: its name, id and partitions 0..n-1."""
+
+    name: str
+    topic_id: bytes
+    partitions: Mapping[int, PartitionRegistration]
+
+    def __post_init__(self) -> None:
+        assert len(self.topic_id) == TOPIC_ID_BYTES
+        # Partitions are numbered densely from 0; replay keeps it so.
+        assert set(self.partitions) == set(range(len(self.partitions)))
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def replication_factor(self) -> int:
+        """Replicas of partition 0 (all partitions are created alike); 0 when no partitions."""
+        first = self.partitions.get(0)
+        return len(first.replicas) if first is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsImage:
+    """Topics by id and by name."""
+
+    by_id: Mapping[bytes, TopicImage]
+    by_name: Mapping[str, TopicImage]
+
+    def __post_init__(self) -> None:
+        assert len(self.by_id) == len(self.by_name)
+
+    def get(self, name: str) -> TopicImage | None:
+        return self.by_name.get(name)
+
+    def get_by_id(self, topic_id: bytes) -> TopicImage | None:
+        return self.by_id.get(topic_id)
+
+    def partition(self, topic_id: bytes, partition_id: int) -> PartitionRegistration | None:
+        topic = self.by_id.get(topic_id)
+        return topic.partitions.get(partition_id) if topic is not None else None
+
+    def iter_partitions(self) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
+        """Every partition, by topic name then partition id (a deterministic order)."""
+        for name in sorted(self.by_name):
+            topic = self.by_name[name]
+            for partition_id in range(topic.num_partitions):
+                yield topic, partition_id, topic.partitions[partition_id]
+
+
+# --- configs and producer ids -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigurationsImage:
+    """Config overrides by (resource type, resource name); only set keys are present."""
+
+    resources: Mapping[tuple[int, str], Mapping[str, str]]
+
+    def get(self, resource_type: int, resource_name: str) -> Mapping[str, str]:
+        return self.resources.get((resource_type, resource_name), _EMPTY_CONFIG)
+
+    def topic_config(self, topic_name: str) -> configs.TopicConfig:
+        """The effective config of a topic: its overrides over the cluster defaults."""
+        return configs.TopicConfig.resolve(self.get(TOPIC, topic_name), self.get(BROKER, ""))
+
+
+_EMPTY_CONFIG: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsImage:
+    """The next producer id the controller will hand out (ids below it are taken)."""
+
+    next_producer_id: int
+
+    def __post_init__(self) -> None:
+        assert self.next_producer_id >= 0
+
+
+# --- the image --------------------------------------------------------------------------------
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=True)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    """The whole metadata image as of ``offset`` (the last record replayed; -1 when none)."""
+
+    offset: int
+    cluster: ClusterImage
+    topics: TopicsImage
+    configs: ConfigurationsImage
+    producer_ids: ProducerIdsImage
+
+    def __post_init__(self) -> None:
+        assert self.offset >= EMPTY_OFFSET
+
+    @staticmethod
+    def empty() -> MetadataImage:
+        return _EMPTY_IMAGE
+
+    def with_offset(self, offset: int) -> MetadataImage:
+        """This image at a later offset (the records in between were no-ops)."""
+        assert offset >= self.offset
+        return MetadataImage(offset, self.cluster, self.topics, self.configs, self.producer_ids)
+
+    def canonical_lines(self) -> list[str]:
+        """A canonical, human-readable encoding: one line per broker, topic, partition, config.
+
+        Everything is in a fixed order (brokers by id, topics by name, partitions by id, configs
+        by resource and key) and free text is JSON-quoted, so equal images give equal lines.
+        """
+        lines = [f"offset {self.offset}"]
+        for broker_id, b in sorted(self.cluster.brokers.items()):
+            lines.append(
+                f"broker {broker_id} epoch={b.broker_epoch} incarnation={b.incarnation_id.hex()} "
+                f"endpoint={_quote(b.host)}:{b.port} rack={_quote(b.rack)} "
+                f"fenced={str(b.fenced).lower()} "
+                f"controlled_shutdown={str(b.in_controlled_shutdown).lower()}"
+            )
+        for name in sorted(self.topics.by_name):
+            topic = self.topics.by_name[name]
+            lines.append(f"topic {name} id={topic.topic_id.hex()}")
+            for partition_id in range(topic.num_partitions):
+                p = topic.partitions[partition_id]
+                lines.append(
+                    f"  partition {partition_id} replicas={_ids(p.replicas)} isr={_ids(p.isr)} "
+                    f"leader={p.leader} leader_epoch={p.leader_epoch} "
+                    f"partition_epoch={p.partition_epoch}"
+                )
+        for (resource_type, resource_name), entries in sorted(self.configs.resources.items()):
+            kind = metadata_pb2.ConfigResourceType.Name(resource_type)
+            for key, value in sorted(entries.items()):
+                lines.append(f"config {kind} {_quote(resource_name)} {key}={_quote(value)}")
+        lines.append(f"producer_ids next={self.producer_ids.next_producer_id}")
+        return lines
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of :meth:`canonical_lines`; equal for equal images, offset included."""
+        return hashlib.sha256("\n".join(self.canonical_lines()).encode()).hexdigest()
+
+
+def _ids(broker_ids: tuple[int, ...]) -> str:
+    return ",".join(str(b) for b in broker_ids)
+
+
+_EMPTY_IMAGE = MetadataImage(
+    offset=EMPTY_OFFSET,
+    cluster=ClusterImage(MappingProxyType({})),
+    topics=TopicsImage(MappingProxyType({}), MappingProxyType({})),
+    configs=ConfigurationsImage(MappingProxyType({})),
+    producer_ids=ProducerIdsImage(0),
+)

@@ -1,0 +1,81 @@
+"""Broker sessions: the active controller's soft state about heartbeats (Kafka's
+BrokerHeartbeatManager).
+
+Only the active controller keeps it, and only decisions made from it (fence, unfence, controlled
+shutdown) become records. It is a plain object driven by ``now_ms`` arguments: no clock, no timer.
+A new active controller starts every registered broker with a fresh session (``reset``), as Kafka
+does, so a failover never fences a healthy broker just because its heartbeats went elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["BrokerHeartbeatTracker"]
+
+
+@dataclass(slots=True)
+class _Session:
+    last_contact_ms: int
+    #: Last offset of the batch that put the broker into controlled shutdown: the broker may shut
+    #: down once it has applied it (it then knows it leads nothing). None when not shutting down.
+    controlled_shutdown_offset: int | None = None
+
+
+class BrokerHeartbeatTracker:
+    """Last contact time per broker, and the session rule built on it."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        assert session_timeout_ms > 0
+        self._session_timeout_ms = session_timeout_ms
+        self._sessions: dict[int, _Session] = {}
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self._session_timeout_ms
+
+    def reset(self, broker_ids: Iterable[int], now_ms: int) -> None:
+        """Forget everything, then give each broker a fresh session starting at ``now_ms``."""
+        self._sessions = {broker_id: _Session(now_ms) for broker_id in broker_ids}
+
+    def clear(self) -> None:
+        self._sessions.clear()
+
+    def touch(self, broker_id: int, now_ms: int) -> None:
+        """A heartbeat (or registration) from ``broker_id`` arrived at ``now_ms``."""
+        session = self._sessions.get(broker_id)
+        if session is None:
+            self._sessions[broker_id] = _Session(now_ms)
+        else:
+            session.last_contact_ms = max(session.last_contact_ms, now_ms)
+
+    def remove(self, broker_id: int) -> None:
+        """End the broker's session (it shut down cleanly, or a new incarnation replaced it)."""
+        self._sessions.pop(broker_id, None)
+
+    def is_tracked(self, broker_id: int) -> bool:
+        return broker_id in self._sessions
+
+    def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
+        """Whether the broker was heard from within the session timeout."""
+        session = self._sessions.get(broker_id)
+        return session is not None and now_ms - session.last_contact_ms <= self._session_timeout_ms
+
+    def stale_brokers(self, broker_ids: Iterable[int], now_ms: int) -> list[int]:
+        """Of ``broker_ids``, those with an expired session, oldest contact first."""
+        stale = [
+            (self._sessions[b].last_contact_ms, b)
+            for b in broker_ids
+            if b in self._sessions and not self.has_valid_session(b, now_ms)
+        ]
+        return [broker_id for _, broker_id in sorted(stale)]
+
+    def set_controlled_shutdown_offset(self, broker_id: int, offset: int) -> None:
+        session = self._sessions.get(broker_id)
+        assert session is not None, "a broker heartbeats before it asks to shut down"
+        session.controlled_shutdown_offset = offset
+
+    def controlled_shutdown_offset(self, broker_id: int) -> int | None:
+        session = self._sessions.get(broker_id)
+        return session.controlled_shutdown_offset if session is not None else None

@@ -1,0 +1,248 @@
+"""ClusterControlManager: broker registration, heartbeats, fencing and controlled shutdown.
+
+A broker's life, as in Kafka's KRaft:
+
+1. **Register** with its incarnation id (a UUID per process start). It gets a broker epoch, the
+   metadata offset of its RegisterBrokerRecord, and starts *fenced*. A re-send from the same
+   incarnation is idempotent (same epoch, no records). A different incarnation is refused with
+   DUPLICATE_BROKER_REGISTRATION while the old one's session is live; otherwise it replaces the
+   old registration, and the old incarnation's leaderships and ISR memberships go in the same
+   batch (it may have crashed with unflushed data).
+2. **Heartbeat** every couple of seconds with the metadata offset it has applied. Once that
+   offset reaches its own registration record (Kafka's "caught up" rule), it is *unfenced*, and
+   offline partitions it can lead get it as leader in the same batch.
+3. Without a heartbeat for ``broker.session.timeout.ms`` it is **fenced** by the periodic tick:
+   it leaves every ISR (except as a last member) and loses every leadership, in one batch.
+4. **Controlled shutdown** (want_shutdown): it is marked in_controlled_shutdown and its
+   leaderships and ISR memberships move away. Once it has applied that batch and leads nothing,
+   it is fenced and told ``should_shut_down``.
+
+A broker may also ask to be fenced (want_fence, e.g. after a storage failure). Sessions are soft
+state (BrokerHeartbeatTracker); only decisions become records.
+"""
+
+from __future__ import annotations
+
+from controller.delta import apply_records
+from controller.image import TOPIC_ID_BYTES, BrokerRegistration, MetadataImage
+from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
+from controller.managers.common import (
+    ENDPOINT_TEXT_LENGTH_MAX,
+    FENCE_BATCH_RECORDS_SOFT_MAX,
+    check_broker_epoch,
+    set_error,
+)
+from controller.managers.replication_control import ReplicationControlManager
+from controller.records import metadata_record
+from tidelog.errors import (
+    DuplicateBrokerRegistrationError,
+    InconsistentClusterIdError,
+    InvalidRequestError,
+    TidelogError,
+)
+from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
+
+__all__ = ["ClusterControlManager"]
+
+Records = list[metadata_pb2.MetadataRecord]
+PORT_MAX = 65535
+
+
+class ClusterControlManager:
+    """Registration, heartbeats, fencing and controlled shutdown of brokers."""
+
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        heartbeats: BrokerHeartbeatTracker,
+        replication: ReplicationControlManager,
+    ) -> None:
+        self._cluster_id = cluster_id
+        self._heartbeats = heartbeats
+        self._replication = replication
+
+    @property
+    def heartbeats(self) -> BrokerHeartbeatTracker:
+        return self._heartbeats
+
+    def on_become_active(self, image: MetadataImage, now_ms: int) -> None:
+        """Give every registered broker a fresh session from ``now_ms`` (Kafka's rule)."""
+        self._heartbeats.reset(image.cluster.brokers, now_ms)
+        for broker_id, registration in image.cluster.brokers.items():
+            if registration.in_controlled_shutdown:
+                # Which batch moved its leaderships is lost with the old controller's soft
+                # state; the committed image's offset is a safe (later) stand-in.
+                self._heartbeats.set_controlled_shutdown_offset(broker_id, image.offset)
+
+    # --- RegisterBroker -----------------------------------------------------------------------
+
+    def register_broker(
+        self, image: MetadataImage, request: controller_pb2.RegisterBrokerRequest, now_ms: int
+    ) -> tuple[Records, controller_pb2.RegisterBrokerResponse]:
+        response = controller_pb2.RegisterBrokerResponse()
+        try:
+            self._validate_registration(request)
+            existing = image.cluster.broker(request.broker_id)
+            if existing is not None and existing.incarnation_id == request.incarnation_id:
+                _check_same_registration(existing, request)
+                self._heartbeats.touch(request.broker_id, now_ms)
+                response.broker_epoch = existing.broker_epoch
+                return [], response
+            if existing is not None and self._heartbeats.has_valid_session(
+                request.broker_id, now_ms
+            ):
+                raise DuplicateBrokerRegistrationError(
+                    f"broker {request.broker_id} is registered by another incarnation "
+                    f"({existing.incarnation_id.hex()}) whose session is still live"
+                )
+        except TidelogError as error:
+            set_error(response, error)
+            return [], response
+        broker_epoch = image.offset + 1  # the offset the RegisterBrokerRecord (first) will get
+        records = [metadata_record(metadata_pb2.RegisterBrokerRecord(
+            broker_id=request.broker_id, incarnation_id=request.incarnation_id,
+            broker_epoch=broker_epoch, endpoint=request.endpoint, rack=request.rack, fenced=True,
+        ))]
+        if existing is not None:
+            records.extend(self._replication.move_leadership_away(image, request.broker_id))
+        self._heartbeats.remove(request.broker_id)
+        self._heartbeats.touch(request.broker_id, now_ms)
+        response.broker_epoch = broker_epoch
+        return records, response
+
+    def _validate_registration(self, request: controller_pb2.RegisterBrokerRequest) -> None:
+        if request.cluster_id != self._cluster_id:
+            raise InconsistentClusterIdError(
+                f"cluster id {request.cluster_id!r} is not this cluster's {self._cluster_id!r}"
+            )
+        if request.broker_id < 0:
+            raise InvalidRequestError(f"broker id must be >= 0, got {request.broker_id}")
+        if len(request.incarnation_id) != TOPIC_ID_BYTES or not any(request.incarnation_id):
+            raise InvalidRequestError("incarnation id must be a non-zero 16-byte UUID")
+        host, port = request.endpoint.host, request.endpoint.port
+        if not host or len(host) > ENDPOINT_TEXT_LENGTH_MAX or not 0 < port <= PORT_MAX:
+            raise InvalidRequestError(f"endpoint {host!r}:{port} is not a valid host and port")
+        if len(request.rack) > ENDPOINT_TEXT_LENGTH_MAX:
+            raise InvalidRequestError(f"rack is longer than {ENDPOINT_TEXT_LENGTH_MAX} characters")
+
+    # --- BrokerHeartbeat ----------------------------------------------------------------------
+
+    def broker_heartbeat(
+        self, image: MetadataImage, request: controller_pb2.BrokerHeartbeatRequest, now_ms: int
+    ) -> tuple[Records, controller_pb2.BrokerHeartbeatResponse]:
+        response = controller_pb2.BrokerHeartbeatResponse()
+        try:
+            registration = check_broker_epoch(image, request.broker_id, request.broker_epoch)
+            if request.current_metadata_offset < -1:
+                raise InvalidRequestError(
+                    f"current metadata offset {request.current_metadata_offset} is below -1"
+                )
+        except TidelogError as error:
+            set_error(response, error)
+            return [], response
+        broker_id = request.broker_id
+        response.is_caught_up = request.current_metadata_offset >= registration.broker_epoch
+        if registration.fenced and request.want_shutdown:
+            # Fenced brokers lead nothing: they may stop now, and a successor may register.
+            self._heartbeats.remove(broker_id)
+            response.is_fenced = response.should_shut_down = True
+            return [], response
+        self._heartbeats.touch(broker_id, now_ms)
+        if registration.fenced:
+            records = []
+            if response.is_caught_up and not request.want_fence:
+                records = self._unfence_records(image, registration)
+            response.is_fenced = not records
+            return records, response
+        if request.want_fence:
+            response.is_fenced = True
+            return self.fence_records(image, broker_id), response
+        if registration.in_controlled_shutdown:
+            return self._continue_controlled_shutdown(image, request, response)
+        if request.want_shutdown:
+            return self._begin_controlled_shutdown(image, registration), response
+        return [], response
+
+    def _unfence_records(self, image: MetadataImage, registration: BrokerRegistration) -> Records:
+        records = [metadata_record(metadata_pb2.UnfenceBrokerRecord(
+            broker_id=registration.broker_id, broker_epoch=registration.broker_epoch
+        ))]
+        records.extend(self._replication.elect_leaders_on_unfence(image, registration.broker_id))
+        return records
+
+    def _begin_controlled_shutdown(
+        self, image: MetadataImage, registration: BrokerRegistration
+    ) -> Records:
+        records = [metadata_record(metadata_pb2.BrokerRegistrationChangeRecord(
+            broker_id=registration.broker_id, broker_epoch=registration.broker_epoch,
+            in_controlled_shutdown=True,
+        ))]
+        records.extend(self._replication.move_leadership_away(image, registration.broker_id))
+        self._heartbeats.set_controlled_shutdown_offset(
+            registration.broker_id, image.offset + len(records)
+        )
+        return records
+
+    def _continue_controlled_shutdown(
+        self,
+        image: MetadataImage,
+        request: controller_pb2.BrokerHeartbeatRequest,
+        response: controller_pb2.BrokerHeartbeatResponse,
+    ) -> tuple[Records, controller_pb2.BrokerHeartbeatResponse]:
+        broker_id = request.broker_id
+        moves = self._replication.move_leadership_away(image, broker_id)
+        if moves:
+            # Leadership came back somehow (it cannot today: the broker is not eligible);
+            # move it again and wait for the broker to apply that.
+            self._heartbeats.set_controlled_shutdown_offset(broker_id, image.offset + len(moves))
+            return moves, response
+        applied_offset = self._heartbeats.controlled_shutdown_offset(broker_id)
+        if applied_offset is None or request.current_metadata_offset < applied_offset:
+            return [], response
+        response.is_fenced = response.should_shut_down = True
+        self._heartbeats.remove(broker_id)
+        return self.fence_records(image, broker_id), response
+
+    # --- fencing ------------------------------------------------------------------------------
+
+    def fence_records(self, image: MetadataImage, broker_id: int) -> Records:
+        """Fence an unfenced broker: its FenceBrokerRecord, then its ISR and leader changes."""
+        registration = image.cluster.broker(broker_id)
+        assert registration is not None and not registration.fenced
+        records = [metadata_record(metadata_pb2.FenceBrokerRecord(
+            broker_id=broker_id, broker_epoch=registration.broker_epoch
+        ))]
+        records.extend(self._replication.move_leadership_away(image, broker_id))
+        return records
+
+    def fence_stale_brokers(self, image: MetadataImage, now_ms: int) -> Records:
+        """One batch fencing every unfenced broker whose session expired, oldest first.
+
+        Each broker's records are built on the image that already has the previous brokers'
+        changes, so a partition losing two brokers gets two consistent changes.
+        """
+        unfenced = [b for b, r in sorted(image.cluster.brokers.items()) if not r.fenced]
+        for broker_id in unfenced:
+            if not self._heartbeats.is_tracked(broker_id):
+                self._heartbeats.touch(broker_id, now_ms)  # first seen: its session starts now
+        records: Records = []
+        working = image
+        for broker_id in self._heartbeats.stale_brokers(unfenced, now_ms):
+            if len(records) >= FENCE_BATCH_RECORDS_SOFT_MAX:
+                break  # the rest are fenced on the next tick
+            fence = self.fence_records(working, broker_id)
+            records.extend(fence)
+            working = apply_records(working, fence)
+        return records
+
+
+def _check_same_registration(
+    existing: BrokerRegistration, request: controller_pb2.RegisterBrokerRequest
+) -> None:
+    endpoint = common_pb2.Endpoint(host=existing.host, port=existing.port)
+    if request.endpoint != endpoint or request.rack != existing.rack:
+        raise InvalidRequestError(
+            f"incarnation {existing.incarnation_id.hex()} of broker {existing.broker_id} is "
+            "already registered with another endpoint or rack"
+        )

@@ -1,0 +1,174 @@
+"""Broker lifecycle (ClusterControlManager through ControllerLogic): registration and its
+refusals, heartbeat sessions, unfencing when caught up, fencing after the session timeout with
+the ISR and leader changes in the same batch, want_fence, and controlled shutdown."""
+
+from __future__ import annotations
+
+from controller_testkit import SESSION_TIMEOUT_MS, TestCluster, create_topic, register_request
+
+from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
+from tidelog.v1 import common_pb2
+
+E = common_pb2.ErrorCode
+
+
+def _cluster(brokers: int = 3) -> TestCluster:
+    cluster = TestCluster()
+    cluster.activate()
+    cluster.add_brokers(range(1, brokers + 1))
+    return cluster
+
+
+def test_registration_epoch_is_the_record_offset_and_brokers_start_fenced() -> None:
+    cluster = TestCluster()
+    cluster.activate()
+    response = cluster.register(1)
+    assert response.error_code == E.NONE and response.broker_epoch == 1
+    registration = cluster.logic.image.cluster.broker(1)
+    assert registration is not None and registration.fenced and registration.broker_epoch == 1
+
+
+def test_registration_refusals() -> None:
+    cluster = _cluster(1)
+    assert cluster.register(2, cluster_id="other").error_code == E.INCONSISTENT_CLUSTER_ID
+    assert cluster.register(1, generation=2).error_code == E.DUPLICATE_BROKER_REGISTRATION
+    assert cluster.register(1, rack="elsewhere").error_code == E.INVALID_REQUEST
+    for request in (
+        register_request(-1),
+        register_request(2, host=""),
+        register_request(2, port=70000),
+        register_request(2, rack="r" * 300),
+    ):
+        result = cluster.logic.handle_register_broker(request, cluster.now_ms)
+        assert result.response.error_code == E.INVALID_REQUEST and not result.records
+    bad_incarnation = register_request(2)
+    bad_incarnation.incarnation_id = b"\0" * 16
+    result = cluster.logic.handle_register_broker(bad_incarnation, cluster.now_ms)
+    assert result.response.error_code == E.INVALID_REQUEST
+    assert "incarnation id" in result.response.error_message
+
+
+def test_same_incarnation_is_idempotent() -> None:
+    cluster = _cluster(1)
+    offset = cluster.logic.committed_offset
+    response = cluster.register(1)
+    assert response.error_code == E.NONE and response.broker_epoch == cluster.broker_epoch(1)
+    assert cluster.logic.committed_offset == offset
+
+
+def test_new_incarnation_after_session_expiry_replaces_and_moves_leadership() -> None:
+    cluster = _cluster(2)
+    cluster.create_topics(create_topic("t", assignments=[[1, 2]]))
+    cluster.now_ms += SESSION_TIMEOUT_MS + 1
+    cluster.heartbeat(2)
+    response = cluster.register(1, generation=2)
+    assert response.error_code == E.NONE
+    image = cluster.logic.image
+    partition = image.topics.partition(cluster.topic_id("t"), 0)
+    assert partition is not None and partition.leader == 2 and partition.isr == (2,)
+    registration = image.cluster.broker(1)
+    assert registration is not None and registration.fenced
+    assert registration.broker_epoch == response.broker_epoch
+
+
+def test_heartbeat_refusals() -> None:
+    cluster = _cluster(1)
+    response = cluster.heartbeat(1, epoch=99)
+    assert response.error_code == E.STALE_BROKER_EPOCH and "epoch 99" in response.error_message
+    cluster.register(2)
+    response = cluster.heartbeat(2, offset=-5)
+    assert response.error_code == E.INVALID_REQUEST
+
+
+def test_unfenced_only_once_caught_up_to_its_registration() -> None:
+    cluster = TestCluster()
+    cluster.activate()
+    epoch = cluster.register(1).broker_epoch
+    response = cluster.heartbeat(1, offset=epoch - 1)
+    assert response.is_fenced and not response.is_caught_up
+    response = cluster.heartbeat(1, offset=epoch)
+    assert not response.is_fenced and response.is_caught_up
+
+
+def test_fenced_after_session_timeout_with_isr_and_leader_changes() -> None:
+    cluster = _cluster(3)
+    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3], [2, 1, 3]]))
+    cluster.now_ms += SESSION_TIMEOUT_MS
+    cluster.heartbeat(2)
+    cluster.heartbeat(3)
+    assert not cluster.tick().records  # exactly the timeout: still valid
+    result = cluster.tick(1)
+    kinds = [r.WhichOneof("record") for r in result.records]
+    assert kinds == ["fence_broker", "partition_change", "partition_change"]
+    image = cluster.logic.image
+    p0 = image.topics.partition(cluster.topic_id("t"), 0)
+    p1 = image.topics.partition(cluster.topic_id("t"), 1)
+    assert p0 is not None and p0.leader == 2 and p0.isr == (2, 3) and p0.leader_epoch == 1
+    assert p1 is not None and p1.leader == 2 and p1.isr == (2, 3) and p1.leader_epoch == 0
+
+
+def test_tick_fences_several_brokers_consistently() -> None:
+    cluster = _cluster(3)
+    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]]))
+    cluster.now_ms += SESSION_TIMEOUT_MS + 1
+    cluster.heartbeat(3)
+    cluster.tick()
+    partition = cluster.logic.image.topics.partition(cluster.topic_id("t"), 0)
+    assert partition is not None and partition.leader == 3 and partition.isr == (3,)
+    assert partition.partition_epoch == 2
+
+
+def test_want_fence_and_recovery() -> None:
+    cluster = _cluster(1)
+    assert cluster.heartbeat(1, want_fence=True).is_fenced
+    assert cluster.heartbeat(1, want_fence=True).is_fenced
+    assert not cluster.heartbeat(1).is_fenced
+
+
+def test_controlled_shutdown_flow() -> None:
+    cluster = _cluster(2)
+    cluster.create_topics(create_topic("t", assignments=[[1, 2]]))
+    response = cluster.heartbeat(1, want_shutdown=True)
+    assert not response.should_shut_down and not response.is_fenced
+    registration = cluster.logic.image.cluster.broker(1)
+    assert registration is not None and registration.in_controlled_shutdown
+    partition = cluster.logic.image.topics.partition(cluster.topic_id("t"), 0)
+    assert partition is not None and partition.leader == 2 and partition.isr == (2,)
+    # Not yet applied the shutdown batch: keep going; then: done, fenced.
+    moved_at = cluster.logic.committed_offset
+    assert not cluster.heartbeat(1, want_shutdown=True, offset=moved_at - 1).should_shut_down
+    response = cluster.heartbeat(1, want_shutdown=True, offset=moved_at)
+    assert response.should_shut_down and response.is_fenced
+    # A restarted process may register at once.
+    assert cluster.register(1, generation=2).error_code == E.NONE
+
+
+def test_fenced_broker_asking_to_shut_down_may_stop_at_once() -> None:
+    cluster = TestCluster()
+    cluster.activate()
+    cluster.register(1)
+    response = cluster.heartbeat(1, offset=0, want_shutdown=True)
+    assert response.should_shut_down and response.is_fenced
+
+
+def test_on_become_active_gives_every_broker_a_fresh_session() -> None:
+    cluster = _cluster(2)
+    cluster.logic.on_resign()
+    cluster.now_ms += 10 * SESSION_TIMEOUT_MS
+    cluster.activate()
+    assert not cluster.tick().records
+    cluster.now_ms += SESSION_TIMEOUT_MS + 1
+    assert len(cluster.tick().records) == 2
+
+
+def test_heartbeat_tracker() -> None:
+    tracker = BrokerHeartbeatTracker(100)
+    tracker.touch(1, 1000)
+    tracker.touch(2, 1050)
+    tracker.touch(1, 900)  # an older, reordered heartbeat does not move time back
+    assert tracker.has_valid_session(1, 1100) and not tracker.has_valid_session(1, 1101)
+    assert tracker.stale_brokers([1, 2, 3], 1200) == [1, 2]
+    tracker.remove(1)
+    assert not tracker.is_tracked(1) and tracker.stale_brokers([1], 5000) == []
+    tracker.reset([5], 0)
+    assert tracker.is_tracked(5) and not tracker.is_tracked(2)
