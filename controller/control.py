@@ -38,21 +38,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from controller.delta import MetadataDelta, apply_records
-from controller.image import MetadataImage
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.cluster_control import ClusterControlManager
 from controller.managers.common import ControllerConfig, ErrorFields, set_error
 from controller.managers.config_control import ConfigControlManager
 from controller.managers.producer_id_control import ProducerIdControlManager
 from controller.managers.replication_control import ReplicationControlManager
-from controller.records import (
+from tidelog.errors import NotControllerError
+from tidelog.metadata.delta import MetadataDelta, apply_records
+from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.records import (
     RECORDS_PER_BATCH_MAX,
     image_from_snapshot,
     image_to_snapshot,
     metadata_record,
 )
-from tidelog.errors import NotControllerError
 from tidelog.v1 import controller_pb2, metadata_pb2
 
 __all__ = [

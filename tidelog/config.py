@@ -268,12 +268,18 @@ def markdown() -> str:
         for f in dataclasses.fields(cls):
             if f.name in _NESTED:
                 continue
-            default = ("(required)" if _required(f) else
-                       repr(f.default_factory()) if f.default is dataclasses.MISSING  # type: ignore[misc]
-                       else repr(f.default))
-            lines.append(f"| `{f.name}` | `{default}` | {f.metadata['doc']} |")
+            lines.append(f"| `{f.name}` | `{_default_text(f)}` | {f.metadata['doc']} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _default_text(f: dataclasses.Field[Any]) -> str:
+    if _required(f):
+        return "(required)"
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    factory: Any = f.default_factory
+    return repr(factory())
 
 
 if __name__ == "__main__":

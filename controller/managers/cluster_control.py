@@ -23,8 +23,6 @@ state (BrokerHeartbeatTracker); only decisions become records.
 
 from __future__ import annotations
 
-from controller.delta import apply_records
-from controller.image import TOPIC_ID_BYTES, BrokerRegistration, MetadataImage
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.common import (
     ENDPOINT_TEXT_LENGTH_MAX,
@@ -33,13 +31,15 @@ from controller.managers.common import (
     set_error,
 )
 from controller.managers.replication_control import ReplicationControlManager
-from controller.records import metadata_record
 from tidelog.errors import (
     DuplicateBrokerRegistrationError,
     InconsistentClusterIdError,
     InvalidRequestError,
     TidelogError,
 )
+from tidelog.metadata.delta import apply_records
+from tidelog.metadata.image import TOPIC_ID_BYTES, BrokerRegistration, MetadataImage
+from tidelog.metadata.records import metadata_record
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
 __all__ = ["ClusterControlManager"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from controller.image import BrokerRegistration, MetadataImage
 from tidelog import limits
 from tidelog.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, TidelogError
+from tidelog.metadata.image import BrokerRegistration, MetadataImage
 from tidelog.v1 import common_pb2
 
 __all__ = [

@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from controller.image import BROKER, TOPIC, MetadataImage
 from controller.managers.common import (
     CONFIG_OPS_PER_RESOURCE_MAX,
     CONFIG_RESOURCES_PER_REQUEST_MAX,
     set_error,
 )
-from controller.records import metadata_record
 from tidelog import configs
 from tidelog.errors import (
     DuplicateResourceError,
@@ -28,6 +26,8 @@ from tidelog.errors import (
     TidelogError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.metadata.image import BROKER, TOPIC, MetadataImage
+from tidelog.metadata.records import metadata_record
 from tidelog.v1 import controller_pb2, metadata_pb2
 
 __all__ = ["ConfigControlManager"]

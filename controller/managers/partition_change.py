@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.image import NO_LEADER, PartitionRegistration, partition_problem
+from tidelog.metadata.image import NO_LEADER, PartitionRegistration, partition_problem
 from tidelog.v1 import common_pb2, metadata_pb2
 
 __all__ = ["build_partition_change", "elect_leader", "without_broker"]

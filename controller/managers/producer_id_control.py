@@ -8,10 +8,10 @@ overlap even across controller failovers.
 
 from __future__ import annotations
 
-from controller.image import MetadataImage
 from controller.managers.common import ControllerConfig, check_broker_epoch, set_error
-from controller.records import metadata_record
 from tidelog.errors import TidelogError, UnknownServerError
+from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.records import metadata_record
 from tidelog.v1 import controller_pb2, metadata_pb2
 
 __all__ = ["PRODUCER_ID_MAX", "ProducerIdControlManager"]

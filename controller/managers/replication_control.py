@@ -18,13 +18,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.image import (
-    NO_LEADER,
-    TOPIC_ID_BYTES,
-    MetadataImage,
-    PartitionRegistration,
-    TopicImage,
-)
 from controller.managers.common import (
     TOPICS_PER_REQUEST_MAX,
     ControllerConfig,
@@ -33,13 +26,6 @@ from controller.managers.common import (
 )
 from controller.managers.partition_change import build_partition_change, without_broker
 from controller.placement import place_replicas
-from controller.records import metadata_record
-from controller.topic_names import (
-    has_collision_chars,
-    is_internal,
-    unify_collision_chars,
-    validate_topic_name,
-)
 from tidelog import configs, limits
 from tidelog.errors import (
     FencedLeaderEpochError,
@@ -56,6 +42,20 @@ from tidelog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
+)
+from tidelog.metadata.image import (
+    NO_LEADER,
+    TOPIC_ID_BYTES,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
+from tidelog.metadata.records import metadata_record
+from tidelog.metadata.topic_names import (
+    has_collision_chars,
+    is_internal,
+    unify_collision_chars,
+    validate_topic_name,
 )
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from controller.control import ControllerLogic, ControllerResult, ReplayOutcome
-from controller.delta import MetadataDelta
-from controller.image import MetadataImage
 from controller.managers.common import ControllerConfig
+from tidelog.metadata.delta import MetadataDelta
+from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
 CLUSTER_ID = "test-cluster"

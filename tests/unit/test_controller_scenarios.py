@@ -41,7 +41,7 @@ from controller_testkit import (
 from google.protobuf.message import Message
 
 from controller.control import ControllerResult, ReplayOutcome
-from controller.records import describe_message, image_from_snapshot
+from tidelog.metadata.records import describe_message, image_from_snapshot
 from tidelog.v1 import controller_pb2
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "controller"

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from controller_testkit import r_config, r_partition, r_register, r_topic, r_unfence, replay_all
 
-from controller.image import (
+from tidelog.metadata.image import (
     TOPIC,
     BrokerRegistration,
     MetadataImage,

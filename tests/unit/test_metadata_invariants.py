@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controller.image import NO_LEADER, MetadataImage, PartitionRegistration
-from controller.records import image_from_snapshot
+from tidelog.metadata.image import NO_LEADER, MetadataImage, PartitionRegistration
+from tidelog.metadata.records import image_from_snapshot
 from tidelog.v1 import controller_pb2
 
 BROKERS = st.integers(1, 5)

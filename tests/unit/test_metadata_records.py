@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from controller_testkit import TestCluster, alter_op, create_topic, r_topic, topic_id_of
 
-from controller import records
-from controller.image import MetadataImage
 from tidelog.errors import InconsistentClusterIdError, InvalidRecordError, UnsupportedVersionError
+from tidelog.metadata import records
+from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import controller_pb2, metadata_pb2
 
 

@@ -17,8 +17,8 @@ from controller_testkit import (
     topic_id_of,
 )
 
-from controller.delta import MetadataDelta
-from controller.image import BROKER, TOPIC, MetadataImage
+from tidelog.metadata.delta import MetadataDelta
+from tidelog.metadata.image import BROKER, TOPIC, MetadataImage
 from tidelog.v1 import metadata_pb2
 
 T1 = topic_id_of(1)

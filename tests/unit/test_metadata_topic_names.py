@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller import topic_names
 from tidelog.errors import InvalidTopicError
+from tidelog.metadata import topic_names
 
 
 @pytest.mark.parametrize("name", ["a", "A-b_c.d", "x" * 249, "__consumer_offsets", "123"])

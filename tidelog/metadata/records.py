@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 from google.protobuf import message as protobuf_message
 from google.protobuf.descriptor import FieldDescriptor
 
-from controller.delta import MetadataDelta
-from controller.image import BROKER, EMPTY_OFFSET, TOPIC, MetadataImage
 from tidelog import limits
 from tidelog.errors import InconsistentClusterIdError, InvalidRecordError, UnsupportedVersionError
+from tidelog.metadata.delta import MetadataDelta
+from tidelog.metadata.image import BROKER, EMPTY_OFFSET, TOPIC, MetadataImage
 from tidelog.v1 import common_pb2, metadata_pb2
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Replay of metadata records: image + records → delta → next image.
 
 :class:`MetadataDelta` starts from an image, replays committed records in offset order, and
-``apply()`` builds the next immutable :class:`~controller.image.MetadataImage`. It is pure and
+``apply()`` builds the next immutable :class:`~tidelog.metadata.image.MetadataImage`. It is pure and
 deterministic: the same image and records give the same result on every controller and broker.
 
 Replay re-checks every record's preconditions (DESIGN §6): a record that is no longer valid when
@@ -26,7 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.image import (
+from tidelog import configs, limits
+from tidelog.errors import TidelogError
+from tidelog.metadata.image import (
     BROKER,
     NO_LEADER,
     TOPIC,
@@ -42,9 +44,7 @@ from controller.image import (
     frozen_mapping,
     partition_problem,
 )
-from controller.topic_names import validate_topic_name
-from tidelog import configs, limits
-from tidelog.errors import TidelogError
+from tidelog.metadata.topic_names import validate_topic_name
 from tidelog.v1 import metadata_pb2
 
 __all__ = ["LocalPartition", "LocalReplicaChanges", "MetadataDelta", "apply_records"]

@@ -1,8 +1,8 @@
 """The metadata image: the cluster metadata as of one metadata offset, immutable.
 
 As in Kafka's ``org.apache.kafka.image``, the image is never changed in place: records are
-replayed into a :class:`controller.delta.MetadataDelta`, whose ``apply()`` builds the next image,
-sharing every unchanged part with the previous one. Readers (control managers, DescribeConfigs,
+replayed into a :class:`tidelog.metadata.delta.MetadataDelta`, whose ``apply()`` builds the
+next image, sharing every unchanged part with the previous one. Readers (control managers, DescribeConfigs,
 the brokers' metadata publishers) may keep an image as long as they like.
 
 Parts, one per aggregate: :class:`ClusterImage` (broker registrations), :class:`TopicsImage`

@@ -1,0 +1,39 @@
+"""Prometheus metrics of a controller, in a per-node registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ControllerMetrics:
+    """The gauges and histograms a controller exports (names prefixed ``tidelog_controller_``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        p = "tidelog_controller_"
+        self.active = Gauge(p + "active", "1 while this controller is the active controller",
+                            registry=registry)
+        self.metadata_offset = Gauge(p + "metadata_offset",
+                                     "last committed metadata offset applied here",
+                                     registry=registry)
+        self.commit_index = Gauge(p + "raft_commit_index", "Raft commit index",
+                                  registry=registry)
+        self.leader_epoch = Gauge(p + "quorum_leader_epoch", "the quorum's leader epoch",
+                                  registry=registry)
+        self.registered_brokers = Gauge(p + "registered_brokers", "registered brokers",
+                                        registry=registry)
+        self.fenced_brokers = Gauge(p + "fenced_brokers", "registered brokers that are fenced",
+                                    registry=registry)
+        self.topics = Gauge(p + "topics", "topics", registry=registry)
+        self.partitions = Gauge(p + "partitions", "partitions", registry=registry)
+        self.offline_partitions = Gauge(p + "offline_partitions", "partitions without a leader",
+                                        registry=registry)
+        self.pending_batches = Gauge(p + "pending_batches",
+                                     "proposed metadata batches not yet committed",
+                                     registry=registry)
+        self.event_queue_time = Histogram(
+            p + "event_queue_time_seconds",
+            "time from receiving a write to answering it (includes the Raft commit)",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
+            registry=registry)
+        self.writes = Counter(p + "writes", "metadata writes handled, by RPC and outcome",
+                              ["rpc", "outcome"], registry=registry)

@@ -1,0 +1,466 @@
+"""The controller's I/O shell: Raft quorum + control logic + event loop, as one object.
+
+Threads and who owns what:
+- The Raft adapter's thread calls :meth:`ControllerRuntime.apply` / ``snapshot`` / ``restore``
+  (its StateMachine protocol) with committed entries in log order; they replay records into the
+  committed image and append them to the in-memory metadata tail.
+- The asyncio event loop is the single writer: gRPC handlers and the periodic fence check run
+  there, ask the control logic for ``(records, response)``, propose the records and answer after
+  they commit.
+- ``self._lock`` guards the control logic between the two threads. It is never held across an
+  await or a blocking Raft call.
+
+Activation follows Raft's rule that a leader may trust its state only after an entry of its own
+term commits: on becoming leader the runtime first commits a bare NoOp batch with the leader epoch
+checked (after which every earlier entry is applied here), then lets the logic become active (which
+proposes its own NoOp), and only then serves writes. Any failed proposal, or a committed batch that
+was not the next one this controller proposed, makes it resign and activate again the same way, so
+speculative state is always rebuilt from the committed image, never patched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from controller.control import ControllerLogic, ControllerResult
+from controller.managers.common import ControllerConfig as LogicConfig
+from controller.metrics import ControllerMetrics
+from controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
+from tidelog.config import NodeConfig, VoterConfig
+from tidelog.metadata import records as metadata_records
+from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
+from tidelog.v1.common_pb2 import ErrorCode
+
+log = logging.getLogger("tidelog.controller")
+
+#: Committed records kept in memory for FetchMetadata; older offsets get a snapshot first.
+METADATA_TAIL_RECORDS_MAX = 200_000
+#: Records per FetchMetadata response message.
+FETCH_METADATA_RECORDS_MAX = 5_000
+#: A FetchMetadata stream sends an (empty) progress message at least this often.
+FETCH_METADATA_IDLE_MS = 1_000
+#: How long a write waits for its commit before answering REQUEST_TIMED_OUT.
+COMMIT_TIMEOUT_MS = 10_000
+#: Raft index -> metadata base offset of recently applied batches (to check own proposals).
+APPLIED_BATCHES_KEPT = 10_000
+#: Pause between activation attempts while leader but unable to commit.
+ACTIVATION_RETRY_S = 0.1
+
+assert FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX
+
+Resp = TypeVar("Resp")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MetadataTail:
+    """Committed records kept for streaming: offsets base_offset .. base_offset + len - 1."""
+
+    def __init__(self) -> None:
+        self.base_offset = 0
+        self._records: list[metadata_pb2.MetadataRecord] = []
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + len(self._records)
+
+    def reset(self, next_offset: int) -> None:
+        self.base_offset = next_offset
+        self._records = []
+
+    def extend(self, base_offset: int, records: list[metadata_pb2.MetadataRecord]) -> None:
+        if base_offset != self.end_offset:
+            self.reset(base_offset)
+        self._records.extend(records)
+        excess = len(self._records) - METADATA_TAIL_RECORDS_MAX
+        if excess > 0:
+            cut = excess + METADATA_TAIL_RECORDS_MAX // 10  # trim in chunks: amortized cost
+            del self._records[:cut]
+            self.base_offset += cut
+
+    def slice(self, offset: int, count: int) -> list[metadata_pb2.MetadataRecord]:
+        assert offset >= self.base_offset
+        start = offset - self.base_offset
+        return self._records[start : start + count]
+
+
+class ControllerRuntime:
+    """One controller node: quorum membership, control logic, and the write path."""
+
+    def __init__(self, config: NodeConfig, *, cluster_id: str, metrics: ControllerMetrics) -> None:
+        c = config.controller
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = cluster_id
+        self.voters: dict[int, VoterConfig] = {v.id: v for v in c.voters}
+        self._by_raft_address = {v.raft_address: v for v in c.voters}
+        self._lock = threading.RLock()
+        self.logic = ControllerLogic(
+            node_id=config.node_id,
+            cluster_id=cluster_id,
+            rng=random.Random(config.node_id),
+            config=LogicConfig(
+                broker_session_timeout_ms=c.broker_session_timeout_ms,
+                num_partitions=c.default_num_partitions,
+                default_replication_factor=c.default_replication_factor,
+            ),
+        )
+        self._tail = MetadataTail()
+        self._applied: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self.metrics = metrics
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: set[asyncio.Event] = set()
+        self.active = False
+        self._leader_epoch = -1
+        self._activation: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        me = config.voter()
+        self.quorum = RaftQuorum(
+            config.node_id,
+            me.raft_address,
+            [v.raft_address for v in c.voters if v.id != config.node_id],
+            f"{config.data_dir}/raft",
+            self,
+            password=c.raft_password or None,
+            settings=RaftSettings(
+                election_timeout_min_s=c.election_timeout_min_ms / 1000,
+                election_timeout_max_s=c.election_timeout_max_ms / 1000,
+                append_entries_period_s=c.append_entries_period_ms / 1000,
+                snapshot_min_entries=c.snapshot_min_entries,
+            ),
+        )
+
+    # ----------------------------------------------------------- state machine (Raft thread)
+    def apply(self, batch: bytes, index: int) -> None:
+        decoded = metadata_records.decode_batch(batch)
+        records = list(decoded.records)
+        with self._lock:
+            base = self.logic.committed_offset + 1
+            outcome = self.logic.replay_batch(records, base)
+            self._tail.extend(base, records)
+            self._applied[index] = base
+            if len(self._applied) > APPLIED_BATCHES_KEPT:
+                self._applied.popitem(last=False)
+        if outcome.ignored:
+            log.warning("controller %d: metadata batch at offset %d was a no-op: %s",
+                        self.node_id, base, outcome.ignored)
+        self._call_in_loop(self._wake_waiters)
+        if outcome.diverged:
+            self._call_in_loop(self._on_diverged)
+
+    def snapshot(self) -> bytes:
+        with self._lock:
+            snap = self.logic.committed_snapshot()
+        return metadata_records.encode_snapshot(snap)
+
+    def restore(self, data: bytes) -> None:
+        snap = metadata_records.decode_snapshot(data)
+        with self._lock:
+            self.logic.restore_snapshot(snap)
+            self._tail.reset(self.logic.committed_offset + 1)
+        self._call_in_loop(self._wake_waiters)
+
+    def _call_in_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _wake_waiters(self) -> None:
+        for ev in self._waiters:
+            ev.set()
+
+    # ----------------------------------------------------------- leadership (event loop)
+    def _on_leadership_change(self, is_leader: bool, leader_epoch: int) -> None:
+        log.info("controller %d: raft leader=%s leader_epoch=%d", self.node_id, is_leader,
+                 leader_epoch)
+        self.metrics.leader_epoch.set(leader_epoch)
+        self._resign("quorum leadership changed")
+        self._leader_epoch = leader_epoch if is_leader else -1
+        if is_leader:
+            self._activation = asyncio.ensure_future(self._activate(leader_epoch))
+
+    def _on_diverged(self) -> None:
+        self._resign("a metadata batch committed that this controller did not propose")
+        self._maybe_reactivate()
+
+    def _resign(self, why: str) -> None:
+        if self.active:
+            log.info("controller %d resigns as active controller: %s", self.node_id, why)
+        self.active = False
+        if self._activation is not None and not self._activation.done():
+            self._activation.cancel()
+        with self._lock:
+            self.logic.on_resign()
+        self.metrics.active.set(0)
+
+    def _maybe_reactivate(self) -> None:
+        epoch = self._leader_epoch
+        idle = self._activation is None or self._activation.done()
+        if epoch >= 0 and idle and self.quorum.is_leader():
+            self._activation = asyncio.ensure_future(self._activate(epoch))
+
+    async def _activate(self, leader_epoch: int) -> None:
+        """Commit a NoOp of our epoch, then become active on the committed image."""
+        noop = metadata_records.metadata_record(
+            metadata_pb2.NoOpRecord(controller_id=self.node_id))
+        while self._leader_epoch == leader_epoch:
+            try:
+                await self._commit([noop], leader_epoch)
+                with self._lock:
+                    result = self.logic.on_become_active(now_ms())
+                await self._commit(list(result.records), leader_epoch)
+            except (TimeoutError, ProposeError) as e:
+                log.info("controller %d could not activate yet: %s", self.node_id, e)
+                with self._lock:
+                    self.logic.on_resign()
+                await asyncio.sleep(ACTIVATION_RETRY_S)
+                continue
+            self.active = True
+            self.metrics.active.set(1)
+            log.info("controller %d is active (leader epoch %d, metadata offset %d)",
+                     self.node_id, leader_epoch, self.logic.committed_offset)
+            return
+
+    # ----------------------------------------------------------- write path (event loop)
+    async def _commit(self, records: list[metadata_pb2.MetadataRecord], leader_epoch: int) -> int:
+        """Propose records as one batch; returns the metadata base offset it committed at."""
+        batch = metadata_records.encode_batch(records, append_time_ms=now_ms())
+        future = self.quorum.propose(batch, leader_epoch=leader_epoch,
+                                     timeout_ms=COMMIT_TIMEOUT_MS)
+        index = await asyncio.wrap_future(future)
+        with self._lock:
+            base = self._applied.get(index)
+        assert base is not None, f"raft index {index} resolved but was not applied here"
+        return base
+
+    async def write(self, rpc: str, handler: Callable[[Any, int], ControllerResult[Resp]],
+                    request: Any, response_type: type[Any]) -> Any:
+        """Run a control-manager handler on the active controller and answer after commit."""
+        started = time.perf_counter()
+        try:
+            response = await self._write(handler, request, response_type)
+        finally:
+            self.metrics.event_queue_time.observe(time.perf_counter() - started)
+        outcome = ErrorCode.Name(getattr(response, "error_code", 0))
+        self.metrics.writes.labels(rpc, outcome).inc()
+        return response
+
+    async def _write(self, handler: Callable[[Any, int], ControllerResult[Resp]],
+                     request: Any, response_type: type[Any]) -> Any:
+        if not self.active:
+            return self._not_controller(response_type)
+        epoch = self._leader_epoch
+        with self._lock:
+            result = handler(request, now_ms())
+        try:
+            if result.records:
+                base = await self._commit(list(result.records), epoch)
+                if base != result.base_offset:
+                    raise ProposeError(FailReason.LEADER_CHANGED, leader_address=None,
+                                       detail=f"committed at {base}, not {result.base_offset}")
+            else:
+                await self._wait_committed(result.response_offset)
+        except ProposeError as e:
+            self._resign(str(e))
+            self._maybe_reactivate()
+            if e.reason == FailReason.REQUEST_TIMED_OUT:
+                return _error(response_type, ErrorCode.REQUEST_TIMED_OUT,
+                              "the metadata change did not commit in time; it may still apply")
+            return self._not_controller(response_type)
+        except TimeoutError:
+            return _error(response_type, ErrorCode.REQUEST_TIMED_OUT,
+                          "earlier metadata changes did not commit in time")
+        return result.response
+
+    async def _wait_committed(self, offset: int) -> None:
+        """Wait until the committed offset reaches ``offset`` (bounded by COMMIT_TIMEOUT_MS)."""
+        wake = asyncio.Event()
+        self._waiters.add(wake)
+        deadline = time.monotonic() + COMMIT_TIMEOUT_MS / 1000
+        try:
+            while True:
+                with self._lock:
+                    if self.logic.committed_offset >= offset:
+                        return
+                wake.clear()
+                await asyncio.wait_for(wake.wait(), max(0.0, deadline - time.monotonic()))
+        finally:
+            self._waiters.discard(wake)
+
+    def read(self, handler: Callable[[Any, int], ControllerResult[Resp]], request: Any) -> Resp:
+        """A read-only handler, answered from this controller's own image."""
+        with self._lock:
+            return handler(request, now_ms()).response
+
+    def controller_hint(self) -> common_pb2.ControllerHint:
+        leader = self.quorum.leader_address()
+        voter = self._by_raft_address.get(leader) if leader else None
+        if voter is None:
+            return common_pb2.ControllerHint(controller_id=-1)
+        return common_pb2.ControllerHint(
+            controller_id=voter.id, endpoint=common_pb2.Endpoint(host=voter.host, port=voter.port))
+
+    def _not_controller(self, response_type: type[Any]) -> Any:
+        hint = self.controller_hint()
+        if hint.controller_id >= 0 and hint.controller_id != self.node_id:
+            where = (f"controller {hint.controller_id} at {hint.endpoint.host}:"
+                     f"{hint.endpoint.port} is")
+        else:
+            where = "no controller is active yet (election in progress); retry shortly"
+        response = _error(response_type, ErrorCode.NOT_CONTROLLER,
+                          f"controller {self.node_id} is not the active controller; {where}")
+        response.controller.CopyFrom(hint)
+        return response
+
+    # ----------------------------------------------------------- periodic work
+    async def run_periodic(self) -> None:
+        interval_s = self.config.controller.fence_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self._update_metrics()
+            if not self.active:
+                continue
+            epoch = self._leader_epoch
+            with self._lock:
+                result = self.logic.maybe_fence_stale_brokers(now_ms())
+            if not result.records:
+                continue
+            try:
+                await self._commit(list(result.records), epoch)
+            except (TimeoutError, ProposeError) as e:
+                self._resign(f"fencing proposal failed: {e}")
+                self._maybe_reactivate()
+
+    def _update_metrics(self) -> None:
+        m = self.metrics
+        with self._lock:
+            stats = self.logic.stats()
+            offset = self.logic.committed_offset
+        m.metadata_offset.set(offset)
+        m.commit_index.set(self.quorum.commit_index)
+        m.registered_brokers.set(stats.registered_brokers)
+        m.fenced_brokers.set(stats.fenced_brokers)
+        m.topics.set(stats.topics)
+        m.partitions.set(stats.partitions)
+        m.offline_partitions.set(stats.offline_partitions)
+        m.pending_batches.set(stats.pending_batches)
+
+    # ----------------------------------------------------------- quorum status
+    def describe_quorum(self) -> controller_pb2.DescribeQuorumResponse:
+        status = self.quorum.status()
+        leader = self._by_raft_address.get(status["leader_address"] or "")
+        with self._lock:
+            offset = self.logic.committed_offset
+        response = controller_pb2.DescribeQuorumResponse(
+            leader_id=leader.id if leader else -1,
+            leader_epoch=status["leader_epoch"],
+            high_watermark=status["commit_index"],
+            responder_id=self.node_id,
+            cluster_id=self.cluster_id,
+            metadata_offset=offset,
+        )
+        match_index: dict[str, int] = status.get("peer_match_index", {})
+        for voter in sorted(self.voters.values(), key=lambda v: v.id):
+            v = response.voters.add(
+                node_id=voter.id, raft_address=voter.raft_address,
+                endpoint=common_pb2.Endpoint(host=voter.host, port=voter.port),
+                is_leader=leader is not None and leader.id == voter.id)
+            if voter.id == self.node_id:
+                v.commit_index = status["commit_index"]
+                v.applied_index = status["last_applied"]
+                v.metadata_offset = offset
+                v.connected = True
+                v.lag = 0 if v.is_leader else -1
+            else:
+                v.connected = bool(status["peers"].get(voter.raft_address, False))
+                v.commit_index = v.applied_index = v.metadata_offset = -1
+                matched = match_index.get(voter.raft_address)
+                v.lag = -1 if matched is None else max(0, status["commit_index"] - matched)
+                if matched is not None:
+                    v.applied_index = matched
+        return response
+
+    # ----------------------------------------------------------- metadata stream
+    async def stream_metadata(
+        self, request: controller_pb2.FetchMetadataRequest, is_done: Callable[[], bool]
+    ) -> AsyncIterator[controller_pb2.FetchMetadataResponse]:
+        if request.cluster_id and request.cluster_id != self.cluster_id:
+            yield controller_pb2.FetchMetadataResponse(
+                error_code=ErrorCode.INCONSISTENT_CLUSTER_ID,
+                error_message=f"this controller quorum belongs to cluster {self.cluster_id}, "
+                f"not {request.cluster_id}")
+            return
+        next_offset = max(0, request.from_offset)
+        wake = asyncio.Event()
+        self._waiters.add(wake)
+        try:
+            while not is_done():
+                wake.clear()
+                response, next_offset = self._next_metadata_message(next_offset)
+                if response is not None:
+                    yield response
+                    continue
+                try:
+                    await asyncio.wait_for(wake.wait(), FETCH_METADATA_IDLE_MS / 1000)
+                except TimeoutError:
+                    with self._lock:
+                        committed = self.logic.committed_offset
+                    yield controller_pb2.FetchMetadataResponse(
+                        base_offset=next_offset, committed_offset=committed)
+        finally:
+            self._waiters.discard(wake)
+
+    def _next_metadata_message(
+        self, next_offset: int
+    ) -> tuple[controller_pb2.FetchMetadataResponse | None, int]:
+        """The next message for a follower at ``next_offset``, or None when it is caught up."""
+        with self._lock:
+            committed = self.logic.committed_offset
+            if next_offset > committed:
+                return None, next_offset
+            if next_offset < self._tail.base_offset:
+                snap = self.logic.committed_snapshot()
+                after = snap.metadata_offset + 1
+                return controller_pb2.FetchMetadataResponse(
+                    snapshot=snap, base_offset=after, committed_offset=committed), after
+            records = self._tail.slice(next_offset, FETCH_METADATA_RECORDS_MAX)
+        response = controller_pb2.FetchMetadataResponse(
+            records=records, base_offset=next_offset, committed_offset=committed)
+        return response, next_offset + len(records)
+
+    # ----------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        with self._lock:
+            self._tail.reset(self.logic.committed_offset + 1)
+        self.quorum.on_leadership_change(
+            lambda is_leader, epoch: self._call_in_loop(self._on_leadership_change, is_leader,
+                                                        epoch))
+        self._tasks.append(asyncio.ensure_future(self.run_periodic()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self._leader_epoch = -1
+        self._resign("stopping")
+        await asyncio.get_running_loop().run_in_executor(None, self.quorum.close)
+
+    def readiness(self) -> str | None:
+        if self.quorum.failure is not None:
+            return f"raft failed: {self.quorum.failure!r}"
+        if self.quorum.leader_address() is None:
+            return "the controller quorum has no leader"
+        return None
+
+
+def _error(response_type: type[Any], code: int, message: str) -> Any:
+    return response_type(error_code=code, error_message=message)

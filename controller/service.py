@@ -1,0 +1,91 @@
+"""ControllerService over gRPC: maps each RPC onto the runtime's write or read path.
+
+Writes (everything that changes metadata) go through ``ControllerRuntime.write``: only the
+active controller serves them and answers after commit; others answer NOT_CONTROLLER with a hint.
+Reads are answered from this controller's own committed view. A handler never lets an exception
+escape as a gRPC error for a client mistake: malformed input gets INVALID_REQUEST in the response.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from controller.runtime import ControllerRuntime
+from tidelog.errors import TidelogError
+from tidelog.v1 import controller_pb2 as pb
+from tidelog.v1 import controller_pb2_grpc
+from tidelog.v1.common_pb2 import ErrorCode
+
+log = logging.getLogger("tidelog.controller")
+
+
+class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
+    def __init__(self, runtime: ControllerRuntime) -> None:
+        self.rt = runtime
+        self.logic = runtime.logic
+
+    async def _write(self, handler: Any, request: Any, response_type: type[Any]) -> Any:
+        rpc = response_type.__name__.removesuffix("Response")
+        try:
+            return await self.rt.write(rpc, handler, request, response_type)
+        except TidelogError as e:
+            return response_type(error_code=e.code, error_message=e.message)
+        except Exception:
+            log.exception("controller %d: unexpected error in %s", self.rt.node_id,
+                          response_type.__name__)
+            return response_type(error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 error_message="unexpected controller error; see its log")
+
+    async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_register_broker, request,
+                                 pb.RegisterBrokerResponse)
+
+    async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_broker_heartbeat, request,
+                                 pb.BrokerHeartbeatResponse)
+
+    async def AlterPartition(self, request: pb.AlterPartitionRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_alter_partition, request,
+                                 pb.AlterPartitionResponse)
+
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_create_topics, request,
+                                 pb.CreateTopicsResponse)
+
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_delete_topics, request,
+                                 pb.DeleteTopicsResponse)
+
+    async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_create_partitions, request,
+                                 pb.CreatePartitionsResponse)
+
+    async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_alter_configs, request,
+                                 pb.AlterConfigsResponse)
+
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
+                                  context: Any) -> Any:
+        return await self._write(self.logic.handle_allocate_producer_ids, request,
+                                 pb.AllocateProducerIdsResponse)
+
+    async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> Any:
+        try:
+            return self.rt.read(self.logic.handle_describe_configs, request)
+        except TidelogError as e:
+            return pb.DescribeConfigsResponse(error_code=e.code,  # type: ignore[arg-type]
+                                              error_message=e.message)
+
+    async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Any) -> Any:
+        return self.rt.describe_quorum()
+
+    async def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> Any:
+        async for response in self.rt.stream_metadata(request, context.cancelled):
+            yield response
+
+
+def add_to_server(server: grpc.aio.Server, runtime: ControllerRuntime) -> None:
+    controller_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(runtime), server)
