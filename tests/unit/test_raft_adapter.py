@@ -1,0 +1,450 @@
+"""The Raft adapter (controller/raft.py) with real pysyncobj nodes inside this process.
+
+Quorums of 1 or 3 RaftQuorum objects talk over 127.0.0.1 on free ports, each with its own data
+dir under tmp_path and a list-of-batches state machine that records every call and its thread.
+The tests check: ordered apply on the one tick thread, the same batches on every node; a
+follower's proposal failing at once with the leader's address, and never forwarded to the
+leader even when it got past the check; each typed failure (NOT_LEADER,
+QUEUE_FULL, REQUEST_TIMED_OUT, CLOSED) and which ones leave the outcome unknown; leadership
+callbacks in order, with a NoOp proposed from the callback; snapshots through the custom
+serializer (forced compaction, restart, restore + journal replay; install on a lagging follower;
+a corrupt snapshot or a failing state machine stopping the node); journal entries holding only
+the batch bytes (decoded with an unpickler that refuses every global); every SyncObjConf field
+set explicitly; pysyncobj's truncation CRITICAL re-logged at WARNING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import logging
+import pickle
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import raft
+from controller.raft import (
+    FailReason,
+    ProposeError,
+    RaftQuorum,
+    RaftSettings,
+    SnapshotCorruptError,
+)
+
+WAIT_S = 10.0
+#: 3-node tests use the production defaults: shorter timeouts invite spurious elections on a
+#: busy 2-core machine. A 1-node quorum cannot have those, so it elects itself in ~0.1 s.
+SETTINGS = RaftSettings()
+SINGLE = RaftSettings(append_entries_period_s=0.02, election_timeout_min_s=0.07,
+                      election_timeout_max_s=0.1)
+_LENGTH = struct.Struct("<I")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class ListStateMachine:
+    """Records applied batches with their indexes, restores, and the threads calls came on."""
+
+    def __init__(self, fail_on: bytes | None = None) -> None:
+        self.batches: list[bytes] = []
+        self.indexes: list[int] = []
+        self.restored: list[bytes] = []
+        self.threads: set[str] = set()
+        self.fail_on = fail_on
+        self.block: threading.Event | None = None
+
+    def apply(self, batch: bytes, index: int) -> None:
+        self.threads.add(threading.current_thread().name)
+        if self.block is not None:
+            assert self.block.wait(WAIT_S)
+        if batch == self.fail_on:
+            raise RuntimeError("cannot apply")
+        self.batches.append(batch)
+        self.indexes.append(index)
+
+    def snapshot(self) -> bytes:
+        self.threads.add(threading.current_thread().name)
+        return b"".join(_LENGTH.pack(len(b)) + b for b in self.batches)
+
+    def restore(self, data: bytes) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.restored.append(data)
+        self.batches, offset = [], 0
+        while offset < len(data):
+            (length,) = _LENGTH.unpack_from(data, offset)
+            self.batches.append(data[offset + 4:offset + 4 + length])
+            offset += 4 + length
+        self.indexes = [0] * len(self.batches)
+
+
+class Cluster:
+    """Starts quorums and closes every one of them at the end of the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[RaftQuorum] = []
+
+    def start(self, node_id: int, addresses: list[str], machine: ListStateMachine,
+              settings: RaftSettings | None = None, **kwargs: Any) -> RaftQuorum:
+        if settings is None:
+            settings = SINGLE if len(addresses) == 1 else SETTINGS
+        quorum = RaftQuorum(node_id, addresses[node_id], addresses,
+                            self.tmp_path / f"node{node_id}", machine, settings=settings,
+                            **kwargs)
+        self.started.append(quorum)
+        return quorum
+
+    def start_all(self, size: int, settings: RaftSettings | None = None,
+                  ) -> tuple[list[RaftQuorum], list[ListStateMachine]]:
+        addresses = [f"127.0.0.1:{free_port()}" for _ in range(size)]
+        machines = [ListStateMachine() for _ in range(size)]
+        quorums = [self.start(i, addresses, machines[i], settings) for i in range(size)]
+        return quorums, machines
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        for quorum in c.started:
+            quorum.close()
+
+
+def wait_leader(quorums: list[RaftQuorum]) -> RaftQuorum:
+    leader: RaftQuorum = wait_for(
+        lambda: next((q for q in quorums if q.is_leader()), None), "a leader")
+    return leader
+
+
+def propose_all(quorum: RaftQuorum, batches: list[bytes]) -> list[int]:
+    futures = [quorum.propose(b) for b in batches]
+    return [f.result(WAIT_S) for f in futures]
+
+
+def test_settings_reject_broken_relations() -> None:
+    with pytest.raises(ValueError, match="3 \\* append_entries_period_s"):
+        RaftSettings(append_entries_period_s=0.1, election_timeout_min_s=0.3)
+    with pytest.raises(ValueError, match="connection_timeout_s"):
+        RaftSettings(connection_timeout_s=0.4)
+    with pytest.raises(ValueError, match="append_entries_bytes_max"):
+        RaftSettings(batch_bytes_max=2 * 1024 * 1024)
+    with pytest.raises(ValueError, match="peer_keepalive_s"):
+        RaftSettings(peer_keepalive_s=5.0)
+
+
+def test_every_syncobjconf_field_is_set_explicitly(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_conf = raft.SyncObjConf
+    passed: dict[str, Any] = {}
+
+    def recording_conf(**kwargs: Any) -> Any:
+        passed.update(kwargs)
+        return real_conf(**kwargs)
+
+    monkeypatch.setattr(raft, "SyncObjConf", recording_conf)
+    quorum, _ = cluster.start_all(1)
+    assert set(passed) == set(vars(real_conf())), "a SyncObjConf field is left to its default"
+    assert passed["appendEntriesUseBatch"] is False and passed["useFork"] is False
+    assert passed["commandsWaitLeader"] is False and passed["dynamicMembershipChange"] is False
+    assert passed["connectionRetryTime"] == 0.5
+    assert passed["journalFile"] == str(quorum[0].journal_path)
+
+
+def test_single_node_applies_in_order_on_its_tick_thread(cluster: Cluster) -> None:
+    (quorum,), (machine,) = cluster.start_all(1)
+    wait_leader([quorum])
+    batches = [b"batch-%d" % i for i in range(50)]
+    indexes = propose_all(quorum, batches)
+    assert machine.batches == batches
+    assert indexes == machine.indexes and indexes == sorted(set(indexes))
+    assert machine.threads == {"raft-0"}
+    assert quorum.last_applied >= indexes[-1] and quorum.commit_index >= indexes[-1]
+    assert asyncio.run(quorum.propose_async(b"from-asyncio")) > indexes[-1]
+    status = quorum.status()
+    assert status["is_leader"] and status["has_quorum"] and status["peers"] == {}
+    assert status["leader_address"] == quorum.self_address and status["proposals_in_flight"] == 0
+
+
+def test_three_nodes_same_batches_and_follower_fails_fast(cluster: Cluster) -> None:
+    quorums, machines = cluster.start_all(3)
+    leader = wait_leader(quorums)
+    batches = [b"b%d" % i for i in range(100)]
+    indexes = propose_all(leader, batches)
+    wait_for(lambda: all(len(m.batches) == 100 for m in machines), "every node to apply")
+    for machine, quorum in zip(machines, quorums, strict=True):
+        assert machine.batches == batches and machine.indexes == indexes
+        assert machine.threads == {f"raft-{quorum.node_id}"}
+
+    follower = next(q for q in quorums if q is not leader)
+    started = time.monotonic()
+    future = follower.propose(b"on-a-follower")
+    with pytest.raises(ProposeError) as failure:
+        future.result(WAIT_S)
+    assert time.monotonic() - started < 0.1
+    assert failure.value.reason == FailReason.NOT_LEADER and failure.value.outcome_known
+    assert failure.value.leader_address == leader.self_address == follower.leader_address()
+    assert follower.leader_epoch == leader.leader_epoch
+
+    # A stale epoch is fenced on the leader too, before anything reaches the log.
+    with pytest.raises(ProposeError) as failure:
+        leader.propose(b"stale", leader_epoch=leader.leader_epoch - 1).result(WAIT_S)
+    assert failure.value.reason == FailReason.NOT_LEADER
+    assert leader.status()["peers"] == {q.self_address: True for q in quorums if q is not leader}
+
+
+def test_a_command_that_reaches_a_follower_is_never_forwarded(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quorums, machines = cluster.start_all(3)
+    leader = wait_leader(quorums)
+    follower = next(q for q in quorums if q is not leader)
+    # Knowing the leader is what makes pysyncobj forward (else it fails MISSING_LEADER).
+    wait_for(lambda: follower.leader_address() == leader.self_address, "the follower's leader")
+    # As if leadership moved between the check and pysyncobj's append (a starved process).
+    monkeypatch.setattr(follower, "_check_can_propose", lambda _epoch: None)
+    with pytest.raises(ProposeError) as failure:
+        follower.propose(b"would-be-forwarded").result(WAIT_S)
+    assert failure.value.reason == FailReason.NOT_LEADER and failure.value.outcome_known
+    propose_all(leader, [b"after"])
+    wait_for(lambda: all(m.batches == [b"after"] for m in machines), "every node to apply")
+
+
+def test_propose_rejects_what_is_not_a_batch(cluster: Cluster) -> None:
+    settings = dataclasses.replace(SINGLE, batch_bytes_max=1000, append_entries_bytes_max=2000)
+    (quorum,), _ = cluster.start_all(1, settings)
+    with pytest.raises(ValueError, match="bytes"):
+        quorum.propose("text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batch_bytes_max"):
+        quorum.propose(b"x" * 1001)
+
+
+def test_queue_full_then_closed(cluster: Cluster) -> None:
+    (quorum,), (machine,) = cluster.start_all(1, dataclasses.replace(SINGLE,
+                                                                     proposals_in_flight_max=1))
+    wait_leader([quorum])
+    machine.block = threading.Event()  # holds the tick thread inside apply()
+    first = quorum.propose(b"first")
+    wait_for(lambda: machine.threads, "apply to start")
+    with pytest.raises(ProposeError) as failure:
+        quorum.propose(b"second").result(WAIT_S)
+    assert failure.value.reason == FailReason.QUEUE_FULL and failure.value.outcome_known
+    machine.block.set()
+    assert first.result(WAIT_S) > 0
+
+    quorum.close()
+    with pytest.raises(ProposeError) as failure:
+        quorum.propose(b"after-close").result(WAIT_S)
+    assert failure.value.reason == FailReason.CLOSED
+    assert not quorum.is_leader() and not quorum.status()["running"]
+
+
+def test_leader_without_majority_times_out_then_steps_down(cluster: Cluster) -> None:
+    settings = RaftSettings(leader_fallback_timeout_s=0.6)
+    quorums, _ = cluster.start_all(3, settings)
+    events: list[tuple[bool, int]] = []
+    leader = wait_leader(quorums)
+    leader.on_leadership_change(lambda is_leader, epoch: events.append((is_leader, epoch)))
+    epoch = leader.leader_epoch
+    assert leader.propose(b"with-majority").result(WAIT_S) > 0
+    for quorum in quorums:
+        if quorum is not leader:
+            quorum.close()
+
+    with pytest.raises(ProposeError) as failure:
+        leader.propose(b"alone", timeout_ms=300).result(WAIT_S)
+    # Appended but not committed: it may still commit if the majority comes back.
+    assert failure.value.reason == FailReason.REQUEST_TIMED_OUT
+    assert not failure.value.outcome_known
+    wait_for(lambda: not leader.is_leader(), "the lone leader to step down")
+    assert not leader.has_quorum
+    with pytest.raises(ProposeError) as failure:
+        leader.propose(b"after-step-down").result(WAIT_S)
+    assert failure.value.reason == FailReason.NOT_LEADER
+    wait_for(lambda: len(events) == 2, "the step-down callback")
+    assert events == [(True, epoch), (False, epoch)]
+
+
+def test_leadership_callback_can_propose_a_noop(cluster: Cluster) -> None:
+    addresses = [f"127.0.0.1:{free_port()}"]
+    machine = ListStateMachine()
+    events: list[tuple[bool, int]] = []
+    noops: list[Any] = []
+    holder: list[RaftQuorum] = []
+
+    def on_change(is_leader: bool, epoch: int) -> None:
+        events.append((is_leader, epoch))
+        if is_leader:  # the controller's pattern: act only once its own-epoch NoOp commits
+            noops.append(holder[0].propose(b"noop", leader_epoch=epoch))
+
+    quorum = cluster.start(0, addresses, machine, on_leadership_change=on_change)
+    holder.append(quorum)
+    wait_for(lambda: noops, "the leadership callback")
+    assert noops[0].result(WAIT_S) > 0 and machine.batches == [b"noop"]
+    late: list[tuple[bool, int]] = []
+    quorum.on_leadership_change(lambda is_leader, epoch: late.append((is_leader, epoch)))
+    wait_for(lambda: late, "the current state for a late listener")
+    quorum.close()
+    epoch = quorum.leader_epoch
+    assert events == [(True, epoch), (False, epoch)] and late == [(True, epoch), (False, epoch)]
+
+
+def _journal_commands(path: Path) -> list[tuple[int, bytes]]:
+    """Parses pysyncobj's journal format (header, then [u32 size, u64 index, u64 term, command,
+    u32 size] records) without pysyncobj, so the on-disk layout itself is checked."""
+    data = path.read_bytes()
+    (end,) = struct.unpack_from("<I", data, 36)
+    offset, commands = 40, []
+    while offset < end:
+        (size,) = struct.unpack_from("<I", data, offset)
+        index, _term = struct.unpack_from("<QQ", data, offset + 4)
+        commands.append((index, data[offset + 20:offset + 4 + size]))
+        offset += size + 8
+    return commands
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise AssertionError(f"journal entry refers to {module}.{name}")
+
+
+def test_snapshot_round_trip_after_forced_compaction_and_restart(cluster: Cluster) -> None:
+    addresses = [f"127.0.0.1:{free_port()}"]
+    machine = ListStateMachine()
+    quorum = cluster.start(0, addresses, machine)
+    wait_leader([quorum])
+    first = [b"\x00\xff before %d" % i for i in range(20)]
+    propose_all(quorum, first)
+    quorum.force_snapshot()
+    wait_for(quorum.snapshot_path.exists, "the snapshot file")
+    second = [b"after %d" % i for i in range(10)]
+    last_index = propose_all(quorum, second)[-1]
+    quorum.close()
+
+    assert quorum.snapshot_path.read_bytes().startswith(b"TLRAFTSN")
+    for _index, command in _journal_commands(quorum.journal_path):
+        if command[0] == 0:  # pysyncobj's REGULAR command: our append envelope
+            method_id, (batch,) = _NoGlobalsUnpickler(io.BytesIO(command[1:])).load()
+            assert method_id == 0 and isinstance(batch, bytes)
+    assert [c for _, c in _journal_commands(quorum.journal_path) if c[0] == 0], "no entries"
+
+    again = ListStateMachine()
+    restarted = cluster.start(0, addresses, again)  # same address and data dir
+    wait_for(lambda: len(again.batches) == 30, "restore plus journal replay")
+    assert again.restored == [b"".join(_LENGTH.pack(len(b)) + b for b in first)]
+    assert again.batches == first + second and again.threads == {"raft-0"}
+    wait_leader([restarted])
+    assert restarted.propose(b"new").result(WAIT_S) > last_index
+
+
+def test_restart_without_snapshot_replays_the_journal(cluster: Cluster) -> None:
+    addresses = [f"127.0.0.1:{free_port()}"]
+    quorum = cluster.start(0, addresses, ListStateMachine())
+    wait_leader([quorum])
+    batches = [b"j%d" % i for i in range(10)]
+    propose_all(quorum, batches)
+    quorum.close()
+    again = ListStateMachine()
+    cluster.start(0, addresses, again)
+    wait_for(lambda: len(again.batches) == 10, "journal replay")
+    assert again.batches == batches and again.restored == []
+
+
+def test_lagging_follower_receives_the_leaders_snapshot(cluster: Cluster) -> None:
+    quorums, machines = cluster.start_all(3)
+    leader = wait_leader(quorums)
+    lagging = next(q for q in quorums if q is not leader)
+    lagging_index = quorums.index(lagging)
+    propose_all(leader, [b"early"])
+    wait_for(lambda: machines[lagging_index].batches == [b"early"], "the follower to apply")
+    lagging.close()
+    batches = [b"early"] + [b"while-away-%d" % i for i in range(30)]
+    propose_all(leader, batches[1:])
+    # Compact both live logs past what the follower has, so whichever of them leads when it
+    # returns (a busy machine may see an election meanwhile) must send it a snapshot. The file
+    # is written one tick before pysyncobj drops the entries it covers: wait for the latter.
+    live = [q for q in quorums if q is not lagging]
+    # A follower learns the commit index one append-entries later; a snapshot taken before that
+    # would cover only the old entries.
+    wait_for(lambda: all(q.last_applied == leader.last_applied for q in live), "live nodes")
+    for quorum in live:
+        quorum.force_snapshot()
+    # 34 entries before; 2 after, plus one no-op per election since (a few under load).
+    wait_for(lambda: all(q.status()["log_entries"] < 10 for q in live), "log compaction")
+
+    machine = ListStateMachine()
+    addresses = [q.self_address for q in quorums]
+    cluster.start(lagging_index, addresses, machine)
+    wait_for(lambda: machine.batches == batches, "the snapshot install")
+    assert len(machine.restored) == 1
+
+
+def test_corrupt_snapshot_stops_the_node(cluster: Cluster) -> None:
+    addresses = [f"127.0.0.1:{free_port()}"]
+    quorum = cluster.start(0, addresses, ListStateMachine())
+    wait_leader([quorum])
+    propose_all(quorum, [b"a", b"b", b"c"])
+    quorum.force_snapshot()
+    wait_for(quorum.snapshot_path.exists, "the snapshot file")
+    quorum.close()
+    data = bytearray(quorum.snapshot_path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    quorum.snapshot_path.write_bytes(bytes(data))
+
+    machine = ListStateMachine()
+    broken = cluster.start(0, addresses, machine)
+    wait_for(lambda: not broken.status()["running"], "the node to stop")
+    assert isinstance(broken.failure, SnapshotCorruptError)
+    assert machine.batches == [] and not broken.is_leader()
+
+
+def test_failing_state_machine_stops_the_node(cluster: Cluster) -> None:
+    addresses = [f"127.0.0.1:{free_port()}"]
+    machine = ListStateMachine(fail_on=b"boom")
+    events: list[tuple[bool, int]] = []
+    quorum = cluster.start(0, addresses, machine,
+                           on_leadership_change=lambda leads, e: events.append((leads, e)))
+    wait_leader([quorum])
+    assert quorum.propose(b"fine").result(WAIT_S) > 0
+    with pytest.raises(ProposeError) as failure:
+        quorum.propose(b"boom").result(WAIT_S)
+    assert failure.value.reason == FailReason.CLOSED and not failure.value.outcome_known
+    assert isinstance(quorum.failure, RuntimeError) and machine.batches == [b"fine"]
+    wait_for(lambda: not quorum.status()["running"], "the node to stop")
+    assert events[-1][0] is False
+
+
+def test_truncation_critical_is_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    raft._install_log_filter()
+    raft._install_log_filter()  # idempotent
+    syncobj_logger = logging.getLogger("pysyncobj.syncobj")
+    assert sum(isinstance(f, raft._DowngradeTruncationLog) for f in syncobj_logger.filters) == 1
+    with caplog.at_level(logging.DEBUG, logger="pysyncobj.syncobj"):
+        syncobj_logger.critical("truncating already-applied log entries from index %d "
+                                "(last applied: %d) - state machine may have diverged", 7, 9)
+        syncobj_logger.critical("some other critical problem")
+    assert [r.levelname for r in caplog.records] == ["WARNING", "CRITICAL"]
