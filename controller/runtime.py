@@ -46,8 +46,9 @@ METADATA_TAIL_RECORDS_MAX = 200_000
 FETCH_METADATA_RECORDS_MAX = 5_000
 #: A FetchMetadata stream sends an (empty) progress message at least this often.
 FETCH_METADATA_IDLE_MS = 1_000
-#: How long a write waits for its commit before answering REQUEST_TIMED_OUT.
-COMMIT_TIMEOUT_MS = 10_000
+#: How long a write waits for its commit before answering REQUEST_TIMED_OUT. Below the 10 s
+#: deadline clients use, so they hear the outcome rather than a transport timeout.
+COMMIT_TIMEOUT_MS = 5_000
 #: Raft index -> metadata base offset of recently applied batches (to check own proposals).
 APPLIED_BATCHES_KEPT = 10_000
 #: Pause between activation attempts while leader but unable to commit.
@@ -272,9 +273,12 @@ class ControllerRuntime:
         except ProposeError as e:
             self._resign(str(e))
             self._maybe_reactivate()
-            if e.reason == FailReason.REQUEST_TIMED_OUT:
+            if not e.outcome_known:
+                # The batch is in some Raft log and may still commit (as Kafka's controller
+                # timeouts): say so, rather than NOT_CONTROLLER, which promises nothing applied.
                 return _error(response_type, ErrorCode.REQUEST_TIMED_OUT,
-                              "the metadata change did not commit in time; it may still apply")
+                              f"the metadata change did not commit in time ({e.reason.name}); "
+                              "it may still apply: check before retrying")
             return self._not_controller(response_type)
         except TimeoutError:
             return _error(response_type, ErrorCode.REQUEST_TIMED_OUT,

@@ -2,8 +2,8 @@
 
 As in Kafka's ``org.apache.kafka.image``, the image is never changed in place: records are
 replayed into a :class:`tidelog.metadata.delta.MetadataDelta`, whose ``apply()`` builds the
-next image, sharing every unchanged part with the previous one. Readers (control managers, DescribeConfigs,
-the brokers' metadata publishers) may keep an image as long as they like.
+next image, sharing every unchanged part with the previous one. Readers (control managers,
+DescribeConfigs, the brokers' metadata publishers) may keep an image as long as they like.
 
 Parts, one per aggregate: :class:`ClusterImage` (broker registrations), :class:`TopicsImage`
 (topics and their :class:`PartitionRegistration`\\ s), :class:`ConfigurationsImage` (config

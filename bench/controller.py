@@ -1,0 +1,194 @@
+"""Controller quorum benchmark: topic-creation throughput and leader failover after kill -9.
+
+``python -m bench.controller [--partitions 10000] [--rounds 5]`` starts a 3-controller quorum as
+local processes, registers three brokers over gRPC (heartbeating them from this process so they
+stay unfenced), then
+
+1. creates ``--partitions`` partitions in topics of 10 (RF=3), ``--concurrency`` CreateTopics
+   requests in flight, each answered after its records commit on the quorum: partitions/s;
+2. ``--rounds`` times: kill -9 the active controller, measure the time until a survivor reports a
+   new leader and until the first write (a CreateTopics) succeeds, then restart the killed one.
+
+Prints readable lines and a final JSON line. Bounded: every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import grpc
+
+from tidelog import limits
+from tidelog.local_cluster import LocalCluster
+from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from tidelog.v1.common_pb2 import ErrorCode
+
+OPTIONS = [("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX)]
+CALL_TIMEOUT_S = 5.0
+FAILOVER_DEADLINE_S = 20.0
+
+
+class Quorum:
+    """A tiny controller client: finds the active controller and follows NOT_CONTROLLER."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.stubs = {a: controller_pb2_grpc.ControllerServiceStub(
+            grpc.aio.insecure_channel(a, options=OPTIONS)) for a in addresses}
+        self.active = addresses[0]
+
+    async def call(self, method: str, request: Any, *, deadline_s: float = 10.0) -> Any:
+        deadline = time.monotonic() + deadline_s
+        addresses = list(self.stubs)
+        i = addresses.index(self.active)
+        while True:
+            try:
+                response = await getattr(self.stubs[self.active], method)(
+                    request, timeout=CALL_TIMEOUT_S)
+                if response.error_code != ErrorCode.NOT_CONTROLLER:
+                    return response
+                hint = response.controller
+                if hint.controller_id >= 0:
+                    self.active = f"{hint.endpoint.host}:{hint.endpoint.port}"
+                    continue
+            except grpc.aio.AioRpcError:
+                i += 1
+                self.active = addresses[i % len(addresses)]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{method}: no active controller within {deadline_s}s")
+            await asyncio.sleep(0.02)
+
+    async def leader_from(self, address: str) -> int:
+        try:
+            q = await self.stubs[address].DescribeQuorum(controller_pb2.DescribeQuorumRequest(),
+                                                         timeout=1)
+            return int(q.leader_id)
+        except grpc.aio.AioRpcError:
+            return -1
+
+
+async def register_brokers(q: Quorum, cluster_id: str, count: int) -> dict[int, int]:
+    epochs = {}
+    for b in range(1, count + 1):
+        r = await q.call("RegisterBroker", controller_pb2.RegisterBrokerRequest(
+            cluster_id=cluster_id, broker_id=100 + b, incarnation_id=uuid.uuid4().bytes,
+            endpoint=common_pb2.Endpoint(host="127.0.0.1", port=20000 + b)))
+        assert r.error_code == 0, r
+        epochs[100 + b] = r.broker_epoch
+    return epochs
+
+
+async def heartbeat_forever(q: Quorum, epochs: dict[int, int]) -> None:
+    while True:
+        for broker_id, epoch in epochs.items():
+            with contextlib.suppress(TimeoutError):  # an election: the next round retries
+                await q.call("BrokerHeartbeat", controller_pb2.BrokerHeartbeatRequest(
+                    broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=2**62),
+                    deadline_s=2)
+        await asyncio.sleep(0.5)
+
+
+def topic(name: str, partitions: int = 10) -> controller_pb2.CreateTopicsRequest:
+    return controller_pb2.CreateTopicsRequest(topics=[controller_pb2.CreateTopicsRequest.Topic(
+        name=name, num_partitions=partitions, replication_factor=3)])
+
+
+async def create_topics(q: Quorum, partitions: int, concurrency: int) -> float:
+    names = [f"bench-{i:05d}" for i in range(partitions // 10)]
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for n in names:
+        queue.put_nowait(n)
+
+    async def worker() -> None:
+        while not queue.empty():
+            name = queue.get_nowait()
+            r = await q.call("CreateTopics", topic(name))
+            err = r.error_code or r.topics[0].error_code
+            assert err == 0, f"{name}: {r}"
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+async def failover_round(cluster: LocalCluster, q: Quorum, round_no: int) -> dict[str, float]:
+    by_port = {f"127.0.0.1:{c.controller_port}": c.name for c in cluster.controllers()}
+    leader_id = await q.leader_from(q.active)
+    victim = f"controller-{leader_id}"
+    survivors = [a for a, n in by_port.items() if n != victim]
+    cluster.kill(victim)
+    killed_at = time.perf_counter()
+    elected = written = None
+    while time.perf_counter() - killed_at < FAILOVER_DEADLINE_S:
+        if elected is None:
+            leaders = [await q.leader_from(a) for a in survivors]
+            if any(x not in (-1, leader_id) for x in leaders):
+                elected = time.perf_counter() - killed_at
+        try:
+            r = await q.call("CreateTopics", topic(f"failover-{round_no}", 1), deadline_s=0.5)
+            if r.error_code == 0 and r.topics[0].error_code == 0:
+                written = time.perf_counter() - killed_at
+                elected = elected if elected is not None else written
+                break
+        except TimeoutError:
+            pass
+    assert written is not None, f"no write succeeded within {FAILOVER_DEADLINE_S}s of the kill"
+    cluster.start(victim)
+    cluster.wait_ready([victim])
+    return {"new_leader_s": round(elected or written, 3), "first_write_s": round(written, 3)}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="tidelog-bench-") as tmp:
+        cluster = LocalCluster.create(tmp, controllers=3, brokers=0,
+                                      overrides={"controller": {"snapshot_min_entries": 20000}})
+        with cluster.running():
+            q = Quorum(cluster.controller_addresses)
+            epochs = await register_brokers(q, cluster.cluster_id, 3)
+            beats = asyncio.ensure_future(heartbeat_forever(q, epochs))
+            await asyncio.sleep(1.0)  # let the brokers unfence
+            elapsed = await create_topics(q, args.partitions, args.concurrency)
+            rate = args.partitions / elapsed
+            print(f"created {args.partitions} partitions in {elapsed:.2f}s: {rate:,.0f} "
+                  f"partitions/s ({args.concurrency} requests in flight)")
+            rounds = []
+            for i in range(args.rounds):
+                r = await failover_round(cluster, q, i)
+                print(f"failover {i}: new leader after {r['new_leader_s']}s, first write after "
+                      f"{r['first_write_s']}s")
+                rounds.append(r)
+            beats.cancel()
+    return {
+        "bench": "controller",
+        "partitions": args.partitions, "partitions_per_topic": 10, "replication_factor": 3,
+        "concurrency": args.concurrency,
+        "create_seconds": round(elapsed, 3), "partitions_per_s": round(rate),
+        "failover_rounds": rounds,
+        "failover_new_leader_median_s": statistics.median(r["new_leader_s"] for r in rounds),
+        "failover_first_write_median_s": statistics.median(r["first_write_s"] for r in rounds),
+        "targets": {"partitions_per_s": 2000, "failover_median_s": 1.0},
+        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Local multi-process clusters on 127.0.0.1: configs, formatting, start/stop, faults.
+
+One launcher for everything that runs a cluster on this machine: ``tidelog cluster up``, the
+integration tests, the benchmarks and the chaos tests. Each node is its own OS process
+(``python -m tidelog.cli server --config <dir>/<name>.toml``) logging to ``<dir>/<name>.log``; the
+cluster's layout and pids are kept in ``<dir>/cluster.json`` so another process (a later CLI call)
+can find, signal and stop them.
+
+Node names: ``controller-<id>`` (ids 1..C) and ``broker-<id>`` (ids 101..100+B), or ``node-<id>``
+for combined nodes. Ports are picked free at creation and kept for the cluster's lifetime, so a
+restarted node comes back at the same address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidelog.data_dir import format_data_dir
+
+__all__ = ["LocalCluster", "NodeSpec", "free_ports"]
+
+STATE_FILE = "cluster.json"
+HOST = "127.0.0.1"
+#: Bounds of waits, so a broken node fails a test or a CLI call instead of hanging it.
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+POLL_S = 0.05
+BROKER_ID_BASE = 100
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now (bound together, then released)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class NodeSpec:
+    """One node of a local cluster and where it listens."""
+
+    name: str
+    node_id: int
+    roles: list[str]
+    metrics_port: int
+    controller_port: int = 0
+    raft_port: int = 0
+    broker_port: int = 0
+    pid: int = 0
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+
+@dataclass
+class LocalCluster:
+    """A cluster of local processes rooted at ``base_dir``."""
+
+    base_dir: Path
+    cluster_id: str
+    nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    #: Extra keys per table, e.g. {"controller": {"broker_session_timeout_ms": 3000}}.
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def create(cls, base_dir: str | Path, *, controllers: int = 3, brokers: int = 3,
+               combined: int = 0, cluster_id: str | None = None,
+               overrides: dict[str, dict[str, Any]] | None = None) -> LocalCluster:
+        """Lay out a new cluster: node specs, configs and formatted data dirs (nothing runs)."""
+        import uuid
+
+        base = Path(base_dir).resolve()
+        if (base / STATE_FILE).exists():
+            raise FileExistsError(f"{base} already holds a cluster; run `tidelog cluster down "
+                                  f"--dir {base} --purge` or pick another --dir")
+        base.mkdir(parents=True, exist_ok=True)
+        cluster = cls(base, cluster_id or uuid.uuid4().hex, overrides=overrides or {})
+        for spec in _layout(controllers=controllers, brokers=brokers, combined=combined):
+            cluster.nodes[spec.name] = spec
+        for spec in cluster.nodes.values():
+            cluster.config_path(spec.name).write_text(cluster.render_config(spec))
+            format_data_dir(cluster.data_dir(spec.name), cluster_id=cluster.cluster_id,
+                            node_id=spec.node_id)
+        cluster.save()
+        return cluster
+
+    @classmethod
+    def load(cls, base_dir: str | Path) -> LocalCluster:
+        """The cluster laid out at ``base_dir`` (FileNotFoundError when there is none)."""
+        base = Path(base_dir).resolve()
+        state = json.loads((base / STATE_FILE).read_text())
+        nodes = {n["name"]: NodeSpec(**n) for n in state["nodes"]}
+        return cls(base, state["cluster_id"], nodes, state.get("overrides", {}))
+
+    def save(self) -> None:
+        state = {"cluster_id": self.cluster_id, "overrides": self.overrides,
+                 "nodes": [asdict(n) for n in self.nodes.values()]}
+        tmp = self.base_dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.base_dir / STATE_FILE)
+
+    def config_path(self, name: str) -> Path:
+        return self.base_dir / f"{name}.toml"
+
+    def data_dir(self, name: str) -> Path:
+        return self.base_dir / name
+
+    def log_path(self, name: str) -> Path:
+        return self.base_dir / f"{name}.log"
+
+    def render_config(self, spec: NodeSpec) -> str:
+        """The node's TOML config."""
+        lines = [f"node_id = {spec.node_id}", f'data_dir = "{self.data_dir(spec.name)}"',
+                 f"roles = {json.dumps(spec.roles)}", f'cluster_id = "{self.cluster_id}"', ""]
+        lines += ["[controller]", *_toml_items(self.overrides.get("controller", {})), ""]
+        lines += ["[broker]", f'host = "{HOST}"', f"port = {spec.broker_port or 9092}",
+                  *_toml_items(self.overrides.get("broker", {})), ""]
+        lines += ["[metrics]", f'host = "{HOST}"', f"port = {spec.metrics_port}", ""]
+        for voter in self.controllers():
+            lines += ["[[controller.voters]]", f"id = {voter.node_id}", f'host = "{HOST}"',
+                      f"port = {voter.controller_port}", f"raft_port = {voter.raft_port}", ""]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ views
+    def controllers(self) -> list[NodeSpec]:
+        return [n for n in self.nodes.values() if n.is_controller]
+
+    def brokers(self) -> list[NodeSpec]:
+        return [n for n in self.nodes.values() if n.is_broker]
+
+    @property
+    def bootstrap(self) -> str:
+        """Comma-separated broker addresses, as clients take them."""
+        return ",".join(f"{HOST}:{b.broker_port}" for b in self.brokers())
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        return [f"{HOST}:{c.controller_port}" for c in self.controllers()]
+
+    def is_running(self, name: str) -> bool:
+        pid = self.nodes[name].pid
+        if not pid:
+            return False
+        try:
+            waited, _ = os.waitpid(pid, os.WNOHANG)
+            if waited == pid:
+                return False
+        except ChildProcessError:
+            pass  # not our child (another CLI call started it): fall back to a signal probe
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return not _is_zombie(pid)
+
+    # ------------------------------------------------------------------ processes
+    def start(self, name: str) -> int:
+        """Start one node (no-op when it already runs); returns its pid."""
+        spec = self.nodes[name]
+        if self.is_running(name):
+            return spec.pid
+        log = open(self.log_path(name), "ab")  # noqa: SIM115 - handed to the child
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tidelog.cli", "server", "--config",
+             str(self.config_path(name))],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,  # a Ctrl-C in the user's terminal does not reach the nodes
+        )
+        log.close()
+        spec.pid = proc.pid
+        self.save()
+        return proc.pid
+
+    def start_all(self) -> None:
+        for name in self.nodes:
+            self.start(name)
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send ``sig`` to a running node (ProcessLookupError when it is not running)."""
+        if not self.is_running(name):
+            raise ProcessLookupError(f"{name} is not running")
+        os.kill(self.nodes[name].pid, sig)
+
+    def kill(self, name: str) -> None:
+        """kill -9: no shutdown, no flush; then reap it."""
+        self.signal(name, signal.SIGKILL)
+        self._wait_exit(name, STOP_TIMEOUT_S)
+
+    def pause(self, name: str) -> None:
+        self.signal(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self.signal(name, signal.SIGCONT)
+
+    def stop(self, name: str, *, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM (clean or controlled shutdown), then SIGKILL if it does not exit in time."""
+        if not self.is_running(name):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.nodes[name].pid, signal.SIGCONT)  # a paused node cannot handle TERM
+            os.kill(self.nodes[name].pid, signal.SIGTERM)
+        if not self._wait_exit(name, timeout_s):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.nodes[name].pid, signal.SIGKILL)
+            self._wait_exit(name, STOP_TIMEOUT_S)
+
+    def restart(self, name: str) -> int:
+        self.stop(name)
+        return self.start(name)
+
+    def stop_all(self) -> None:
+        # Brokers first: their controlled shutdown needs the controllers.
+        for spec in self.brokers() + [c for c in self.controllers() if not c.is_broker]:
+            self.stop(spec.name)
+
+    def _wait_exit(self, name: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_running(name):
+                self.nodes[name].pid = 0
+                self.save()
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    # ------------------------------------------------------------------ health
+    def readiness(self, name: str) -> str | None:
+        """None when the node's /readyz says ready, else why not."""
+        if not self.is_running(name):
+            return "not running"
+        url = f"http://{HOST}:{self.nodes[name].metrics_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return None if r.status == 200 else r.read().decode().strip()
+        except urllib.error.HTTPError as e:
+            return e.read().decode().strip() or f"HTTP {e.code}"
+        except OSError as e:
+            return f"metrics endpoint not reachable ({e})"
+
+    def wait_ready(self, names: list[str] | None = None, *, timeout_s: float = READY_TIMEOUT_S
+                   ) -> None:
+        """Wait until every named (default: every running) node is ready; TimeoutError names
+        the nodes that are not, with the tail of their logs."""
+        targets = names or [n for n in self.nodes if self.is_running(n)]
+        deadline = time.monotonic() + timeout_s
+        pending = {n: "not checked" for n in targets}
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                reason = self.readiness(name)
+                if reason is None:
+                    del pending[name]
+                else:
+                    pending[name] = reason
+                    if reason == "not running":
+                        break
+            if pending:
+                time.sleep(0.1)
+        if pending:
+            detail = "; ".join(f"{n}: {r}\n{self.log_tail(n)}" for n, r in pending.items())
+            raise TimeoutError(f"nodes not ready after {timeout_s:.0f}s: {detail}")
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            text = self.log_path(name).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+    def down(self, *, purge: bool = False) -> None:
+        """Stop every node; with ``purge`` also delete the cluster's directory."""
+        self.stop_all()
+        for spec in self.nodes.values():  # anything left (a controller on a combined node)
+            self.stop(spec.name)
+        if purge:
+            import shutil
+
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def running(self, *, timeout_s: float = READY_TIMEOUT_S) -> Iterator[LocalCluster]:
+        """Start every node, wait until ready, and always stop them on exit."""
+        try:
+            self.start_all()
+            self.wait_ready(timeout_s=timeout_s)
+            yield self
+        finally:
+            self.down()
+
+
+def _layout(*, controllers: int, brokers: int, combined: int) -> list[NodeSpec]:
+    if combined and (controllers or brokers):
+        raise ValueError("use either combined nodes or separate controllers and brokers")
+    if not combined and controllers < 1:
+        raise ValueError("a cluster needs at least one controller")
+    specs: list[NodeSpec] = []
+    if combined:
+        ports = iter(free_ports(combined * 4))
+        for i in range(1, combined + 1):
+            specs.append(NodeSpec(f"node-{i}", i, ["controller", "broker"], next(ports),
+                                  next(ports), next(ports), next(ports)))
+        return specs
+    ports = iter(free_ports(controllers * 3 + brokers * 2))
+    for i in range(1, controllers + 1):
+        specs.append(NodeSpec(f"controller-{i}", i, ["controller"], next(ports), next(ports),
+                              next(ports)))
+    for i in range(1, brokers + 1):
+        specs.append(NodeSpec(f"broker-{i}", BROKER_ID_BASE + i, ["broker"], next(ports),
+                              broker_port=next(ports)))
+    return specs
+
+
+def _toml_items(items: dict[str, Any]) -> list[str]:
+    return [f"{k} = {json.dumps(v)}" for k, v in items.items()]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
