@@ -7,7 +7,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 PROTOS := $(wildcard proto/tidelog/v1/*.proto)
 # Pure packages get strict typing (no I/O, no clocks: the code the simulations drive).
-MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py
+MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py \
+	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
+	controller/managers controller/placement.py controller/raft.py broker/storage
 
 .PHONY: run test lint typecheck proto proto-check unit integration bench bench-storage clean venv
 

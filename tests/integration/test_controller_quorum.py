@@ -356,9 +356,16 @@ def test_bad_input_gets_error_codes_and_the_quorum_keeps_working(
     with pytest.raises(grpc.RpcError):
         raw(b"\xff\xff\xff\xff garbage", timeout=2)
     assert admin.call("CreateTopics", create_topic("still-works")).topics[0].error_code == 0
-    # Metrics say who is active.
-    leader = cluster.nodes[admin.leader()]
-    with urllib.request.urlopen(f"http://127.0.0.1:{leader.metrics_port}/metrics") as resp:
-        text = resp.read().decode()
-    assert "tidelog_controller_active 1.0" in text
-    assert "tidelog_controller_registered_brokers 3.0" in text
+    # Metrics say who is active and count the brokers (gauges refresh every 100 ms here).
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        leader = cluster.nodes[admin.leader()]
+        url = f"http://127.0.0.1:{leader.metrics_port}/metrics"
+        with urllib.request.urlopen(url) as resp:
+            lines = [x for x in resp.read().decode().splitlines()
+                     if x.startswith("tidelog_controller_")]
+        wanted = {"tidelog_controller_active 1.0", "tidelog_controller_registered_brokers 3.0"}
+        if wanted <= set(lines):
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.2)
