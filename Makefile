@@ -11,7 +11,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
 	controller/managers controller/placement.py controller/raft.py broker/storage
 
-.PHONY: run test lint typecheck proto proto-check unit integration bench bench-storage clean venv
+.PHONY: run stop test lint typecheck proto proto-check unit integration bench bench-storage bench-controller clean venv
 
 venv: $(STAMP)
 
@@ -50,10 +50,16 @@ proto-check: $(STAMP)
 bench-storage: $(STAMP)
 	$(PY) -m bench.storage
 
-bench: bench-storage
+bench-controller: $(STAMP)
+	$(PY) -m bench.controller
+
+bench: bench-storage bench-controller
 
 run: $(STAMP)
 	$(PY) -m tidelog.demo
+
+stop: $(STAMP)
+	$(PY) -m tidelog.cli cluster down --dir .tidelog/run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -521,6 +521,21 @@ class RaftQuorum:
         # dicts the tick thread mutates, so it is not used here).
         return {str(node.address): bool(obj.isNodeConnected(node)) for node in obj.otherNodes}
 
+    def peer_match_index(self) -> dict[str, int]:
+        """On the leader: peer address -> highest log index known replicated there (empty on a
+        follower). Read without the tick thread's cooperation, so a snapshot copy may race one
+        update; a failed copy is retried once and then reported empty (it is for status only)."""
+        obj = self._syncobj
+        if obj is None or not self.is_leader():
+            return {}
+        for _ in range(2):
+            try:
+                match = dict(obj._SyncObj__raftMatchIndex)
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+            return {str(node.address): int(idx) for node, idx in match.items()}
+        return {}
+
     def status(self) -> dict[str, Any]:
         """A point-in-time view for DescribeQuorum, /readyz and metrics (fields read separately,
         so not one atomic snapshot)."""
@@ -540,6 +555,7 @@ class RaftQuorum:
             "ready": self.is_ready(),
             "peers": self.peer_connections(),
             "proposals_in_flight": in_flight,
+            "peer_match_index": self.peer_match_index(),
             "running": self._thread.is_alive(),
             "failure": None if self._failure is None else repr(self._failure),
         }

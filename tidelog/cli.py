@@ -76,6 +76,15 @@ def format_cmd(config_path: str | None, data_dir: str | None, node_id: int | Non
     click.echo(f"formatted {data_dir}: cluster {meta.cluster_id}, node {meta.node_id}")
 
 
+def _add_subcommands() -> None:
+    from tidelog.cli_cluster import cluster
+
+    cli.add_command(cluster)
+
+
+_add_subcommands()
+
+
 def new_cluster_id() -> str:
     """A fresh cluster id (a UUID's hex form, as Kafka prints a base64 one)."""
     return uuid.uuid4().hex
