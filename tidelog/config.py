@@ -270,7 +270,22 @@ def markdown() -> str:
                 continue
             lines.append(f"| `{f.name}` | `{_default_text(f)}` | {f.metadata['doc']} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _topic_config_lines())
+
+
+def _topic_config_lines() -> list[str]:
+    from tidelog.configs import TOPIC_CONFIGS
+
+    lines = [
+        "## Topic configs", "",
+        "Topic-level configs use Kafka's names (`tidelog/configs.py` holds their defaults, "
+        "validation and docs). Set them when creating a topic or later with AlterConfigs; an "
+        "unknown name or an invalid value is refused with `INVALID_CONFIG` naming the key.", "",
+        "| name | default | meaning |", "|---|---|---|",
+    ]
+    for name, d in sorted(TOPIC_CONFIGS.items()):
+        lines.append(f"| `{name}` | `{d.default}` | {d.doc} |")
+    return [*lines, ""]
 
 
 def _default_text(f: dataclasses.Field[Any]) -> str:

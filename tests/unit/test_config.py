@@ -6,6 +6,8 @@ missing key, bad role, invalid timeouts) is an INVALID_CONFIG error naming the k
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tidelog.config import load_config, markdown, parse_config
@@ -71,7 +73,10 @@ def test_unreadable_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
         load_config(tmp_path / "missing.toml")
 
 
-def test_reference_lists_every_key() -> None:
+def test_reference_lists_every_key_and_the_committed_page_is_current() -> None:
     text = markdown()
-    for key in ("broker_session_timeout_ms", "raft_port", "log_flush_policy", "node_id"):
+    for key in ("broker_session_timeout_ms", "raft_port", "log_flush_policy", "node_id",
+                "min.insync.replicas", "retention.ms"):
         assert f"`{key}`" in text
+    page = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    assert page.read_text() == text + "\n", "regenerate: python -m tidelog.config --markdown"
