@@ -1,0 +1,1255 @@
+"""A TCP proxy with Toxiproxy's HTTP admin API, on asyncio (DESIGN.md section 10).
+
+No Toxiproxy server binary can be installed here, so chaos tests drive this one with the real
+toxiproxy-python client (or a real `toxiproxy-server` when one is on PATH; see chaos/proxies.py).
+It follows Shopify Toxiproxy 2.x as far as that client and our tests use it: the same routes,
+status codes, JSON shapes and error bodies ({"error": ..., "status": ...}), and the same toxics:
+latency, bandwidth, timeout, reset_peer, slow_close, slicer, limit_data and noop. Where it
+differs on purpose (a timeout toxic holds data instead of dropping it, half-closes are passed
+on, attributes are checked strictly) is written down in docs/decisions.md.
+
+Two ways to run it:
+- in a test process: `ToxiproxyServer(port=0).start()` runs it on a background thread with its
+  own event loop; `.stop()` ends it;
+- as a process: `python -m chaos.toxiproxy_server --host 127.0.0.1 --port 8474`; it prints one
+  JSON line, {"api": "host:port"}, on stdout once it listens (so --port 0 can be used).
+
+Data path: each accepted connection opens one upstream connection; each direction ("upstream"
+is client to server, "downstream" server to client) is a _Pipe. A pipe with no toxic in force
+writes what it reads at once (flow control only, so a clean proxy is not a test's bottleneck);
+with toxics it queues timestamped chunks and one task applies them, re-reading the toxic list
+whenever it changes, so adding or removing a toxic takes effect on open connections too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http
+import itertools
+import json
+import logging
+import math
+import random
+import re
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import unquote
+
+__all__ = ["DEFAULT_API_PORT", "TOXIC_ATTRIBUTES", "VERSION", "ToxiproxyApp", "ToxiproxyServer"]
+
+log = logging.getLogger(__name__)
+
+VERSION: Final = "2.x-compatible (tidelog chaos/toxiproxy_server.py)"
+DEFAULT_API_PORT: Final = 8474
+
+# Limits. Every queue, buffer and collection below is bounded by one of these.
+HTTP_HEAD_BYTES_MAX: Final = 64 * 1024
+HTTP_BODY_BYTES_MAX: Final = 1024 * 1024
+HTTP_CONNECTIONS_MAX: Final = 64
+HTTP_REQUEST_TIMEOUT_S: Final = 15.0  # also the idle keep-alive timeout
+HTTP_CLOSE_TIMEOUT_S: Final = 1.0
+PROXIES_MAX: Final = 1024
+TOXICS_PER_PROXY_MAX: Final = 64
+CONNECTIONS_PER_PROXY_MAX: Final = 4096
+NAME_CHARS_MAX: Final = 256
+# Bytes a toxic pipe holds before it stops reading from its source (TCP then pushes back).
+# Under a latency toxic this caps a connection at 4 MiB per latency (40 MiB/s at 100 ms).
+PIPE_QUEUE_BYTES_MAX: Final = 4 * 1024 * 1024
+UPSTREAM_CONNECT_TIMEOUT_S: Final = 10.0
+# A toxic pipe yields to the event loop after this many writes in a row (slicer with delay 0).
+PIPE_WRITES_PER_TURN_MAX: Final = 64
+# Like Toxiproxy, a slow bandwidth toxic sends a large chunk in 100 ms slices.
+BANDWIDTH_SLICE_S: Final = 0.1
+ATTRIBUTE_VALUE_MAX: Final = 2**53  # exact in JSON and in a float
+
+assert PIPE_QUEUE_BYTES_MAX >= 64 * 1024  # above asyncio's write high-water mark
+assert HTTP_BODY_BYTES_MAX >= HTTP_HEAD_BYTES_MAX
+
+# Toxic types and their attributes: all integers, 0 when not given (as in Toxiproxy's Go structs).
+# Units: latency/jitter/timeout/delay ms (slicer delay: µs), rate KB/s (1 KB = 1000 bytes), bytes.
+TOXIC_ATTRIBUTES: Final[dict[str, tuple[str, ...]]] = {
+    "noop": (),
+    "latency": ("latency", "jitter"),
+    "bandwidth": ("rate",),
+    "timeout": ("timeout",),
+    "reset_peer": ("timeout",),
+    "slow_close": ("delay",),
+    "slicer": ("average_size", "size_variation", "delay"),
+    "limit_data": ("bytes",),
+}
+STREAMS: Final = ("upstream", "downstream")  # Toxiproxy lists upstream toxics first
+
+_uids = itertools.count(1)
+
+
+class ApiError(Exception):
+    """An HTTP error answer, with Toxiproxy's message and status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _bad_body(reason: str) -> ApiError:
+    return ApiError(400, f"bad request body: {reason}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Toxic definitions (what the API stores) and input checks
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Toxic:
+    """One toxic of a proxy as the API shows it; `uid`/`version` tell open connections apart
+    from a re-added toxic of the same name and notice updates."""
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float
+    attributes: dict[str, int]
+    uid: int = field(default_factory=lambda: next(_uids))
+    version: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "stream": self.stream,
+            "toxicity": self.toxicity,
+            "attributes": dict(self.attributes),
+        }
+
+
+def _check_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ApiError(400, f"missing required field: {what}")
+    # A name is a path segment of the API; one with "/" could never be addressed again.
+    if len(value) > NAME_CHARS_MAX or "/" in value or not value.isprintable():
+        raise _bad_body(f"{what} must be printable, without '/', at most {NAME_CHARS_MAX} chars")
+    return value
+
+
+def _check_toxicity(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad_body("toxicity must be a number")
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise _bad_body("toxicity must be between 0 and 1")
+    return float(value)
+
+
+def _check_attributes(toxic_type: str, given: object, base: dict[str, int]) -> dict[str, int]:
+    """Merges `given` into `base`. Stricter than Toxiproxy, which ignores unknown keys and takes
+    negative numbers: here both are a 400, so a typo in a test fails loudly."""
+    if not isinstance(given, dict):
+        raise _bad_body("attributes must be an object")
+    names = TOXIC_ATTRIBUTES[toxic_type]
+    result = dict(base)
+    for key, value in given.items():
+        if key not in names:
+            raise _bad_body(f"{toxic_type} has no attribute {key!r} (it has {list(names)})")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad_body(f"attribute {key!r} must be an integer")
+        if not math.isfinite(value) or value != int(value):
+            raise _bad_body(f"attribute {key!r} must be an integer")
+        if not 0 <= value <= ATTRIBUTE_VALUE_MAX:
+            raise _bad_body(f"attribute {key!r} must be between 0 and {ATTRIBUTE_VALUE_MAX}")
+        result[key] = int(value)
+    if toxic_type == "slicer" and result["average_size"] < 1:
+        raise _bad_body("slicer average_size must be at least 1")
+    return result
+
+
+def _parse_address(value: object, what: str, *, listen: bool) -> tuple[str, int]:
+    """'host:port' or '[v6]:port'. A listen port may be 0 (any free port); an upstream host may
+    be empty, meaning this machine, as Go's net.Dial reads it."""
+    if not isinstance(value, str) or not value:
+        raise ApiError(400, f"missing required field: {what}")
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or len(port_text) > 5:
+        raise _bad_body(f"{what} must be host:port, got {value!r}")
+    port = int(port_text)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not (0 if listen else 1) <= port <= 65535:
+        raise _bad_body(f"{what} port out of range in {value!r}")
+    if not listen and not host:
+        host = "127.0.0.1"
+    return host, port
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Data path: a proxied connection and its two pipes
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Chunk:
+    """Bytes read from a source, with when they were read (latency counts from then, so a
+    stream of chunks is delayed, not slowed down)."""
+
+    data: memoryview
+    read_at: float
+    delay_s: float = 0.0
+    delay_version: int = -1  # pipe version the delay was drawn for
+
+
+@dataclass
+class _Piece:
+    """The next write of a toxic pipe, planned once so a wake-up does not redraw it."""
+
+    size: int
+    ready_at: float
+    version: int
+
+
+@dataclass
+class _ToxicRun:
+    """A toxic applied to one direction of one connection: its toxicity draw and its state."""
+
+    toxic: Toxic
+    version: int
+    active: bool
+    bytes_sent: int = 0  # limit_data; kept across updates, as Toxiproxy keeps stub state
+    reset_at: float | None = None  # reset_peer: set when the first chunk reaches it
+    timer: asyncio.TimerHandle | None = None  # timeout > 0: closes the connection
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+_IDLE: Final = -1.0  # _Pipe._step: wait for a wake-up
+_PROGRESS: Final = -2.0  # _Pipe._step: step again at once
+_DONE: Final = -3.0  # _Pipe._step: the task ends
+
+
+class _Pipe:
+    """One direction of a proxied connection: reads from `src`, writes to `dst`."""
+
+    def __init__(self, conn: _Connection, stream: str, src: asyncio.Transport,
+                 dst: asyncio.Transport, *, reading: bool) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.src = src
+        self.dst = dst
+        self.reading = reading  # whether src is currently read from
+        self.dst_paused = False  # dst's write buffer is above its high-water mark
+        self.queue: deque[_Chunk] = deque()
+        self.queued_bytes = 0
+        self.eof = False  # src has ended; pass it on once the queue is written
+        self.eof_at: float | None = None
+        self.done = False  # the end was passed on to dst
+        self.runs: list[_ToxicRun] = []
+        self.version = 0  # bumped whenever `runs` changes
+        self.piece: _Piece | None = None
+        self.bandwidth_next_at = 0.0
+        self.task: asyncio.Task[None] | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    # -- events from the transports ------------------------------------------------------------
+
+    def on_data(self, data: bytes) -> None:
+        if self.conn.closed:
+            return
+        if self.task is None:  # no toxic in force and nothing queued: the fast path
+            self.dst.write(data)
+            return
+        was_empty = not self.queue
+        self.queue.append(_Chunk(memoryview(data), self.conn.loop.time()))
+        self.queued_bytes += len(data)
+        self.update_reading()
+        if was_empty:
+            self.wake()
+
+    def on_eof(self) -> None:
+        self.eof = True
+        self.update_reading()
+        if self.task is None:
+            self.pass_eof()
+        else:
+            self.wake()
+
+    def set_dst_paused(self, paused: bool) -> None:
+        self.dst_paused = paused
+        self.update_reading()
+        if not paused:
+            self.wake()
+
+    def update_reading(self) -> None:
+        want = (not self.conn.closed and not self.eof and not self.dst_paused
+                and self.queued_bytes < PIPE_QUEUE_BYTES_MAX)
+        if want != self.reading:
+            self.reading = want
+            if want:
+                self.src.resume_reading()
+            else:
+                self.src.pause_reading()
+
+    def pass_eof(self) -> None:
+        self.done = True
+        if self.dst.can_write_eof() and not self.dst.is_closing():
+            self.dst.write_eof()
+        self.conn.on_pipe_done()
+
+    # -- toxics ----------------------------------------------------------------------------------
+
+    def sync_toxics(self, toxics: list[Toxic]) -> None:
+        """Applies the proxy's toxic list for this stream to this connection."""
+        old = {run.toxic.uid: run for run in self.runs}
+        runs: list[_ToxicRun] = []
+        for toxic in toxics:
+            run = old.pop(toxic.uid, None)
+            if run is None or run.version != toxic.version:
+                # Toxicity is drawn per connection when a toxic is applied or updated.
+                fresh = _ToxicRun(toxic, toxic.version, self.conn.rng.random() < toxic.toxicity)
+                if run is not None:
+                    run.cancel()
+                    fresh.bytes_sent = run.bytes_sent
+                run = fresh
+                timeout_ms = toxic.attributes.get("timeout", 0)
+                if run.active and toxic.type == "timeout" and timeout_ms > 0:
+                    run.timer = self.conn.loop.call_later(timeout_ms / 1000, self.conn.close)
+            runs.append(run)
+        for run in old.values():
+            run.cancel()
+        self.runs = runs
+        self.version += 1
+        self.piece = None
+        if self.task is None and not self.done and any(r.active for r in runs):
+            self.task = self.conn.loop.create_task(self._run())
+        self.wake()
+
+    def shutdown(self) -> None:
+        for run in self.runs:
+            run.cancel()
+        self.queue.clear()
+        self.queued_bytes = 0
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+        self.wake()
+
+    # -- the toxic task --------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def _run(self) -> None:
+        loop = self.conn.loop
+        writes = 0
+        try:
+            while True:
+                step = self._step(loop.time())
+                if step == _DONE:
+                    return
+                if step == _PROGRESS:
+                    writes += 1
+                    if writes >= PIPE_WRITES_PER_TURN_MAX:
+                        writes = 0
+                        await asyncio.sleep(0)
+                    continue
+                writes = 0
+                await self._wait(None if step == _IDLE else step)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # a bug here must not leave a connection hanging half-alive
+            log.exception("toxic pipe %s of proxy %s failed", self.stream, self.conn.proxy.name)
+            self.conn.close()
+        finally:
+            # No await between the last _step and here: on_data sees task None only when the
+            # queue is empty and no toxic is in force, so the fast path keeps the byte order.
+            self.task = None
+
+    async def _wait(self, deadline: float | None) -> None:
+        loop = self.conn.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        self.waiter = waiter
+        timer = None if deadline is None else loop.call_at(deadline, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _step(self, now: float) -> float:
+        """Does what can be done now; returns _PROGRESS, _IDLE, _DONE or a time to wait until.
+        Synchronous, so the toxic list cannot change under it."""
+        if self.conn.closed:
+            return _DONE
+        active = [run for run in self.runs if run.active]
+        # timeout holds everything, the end of the stream included, until it is removed (its
+        # timer closes the connection when its timeout is over 0).
+        if any(run.toxic.type == "timeout" for run in active):
+            return _IDLE
+        if not self.queue:
+            if self.eof:
+                return self._step_eof(now, active)
+            return _IDLE if active else _DONE
+        if self.dst_paused:
+            return _IDLE
+        chunk = self.queue[0]
+        for run in active:
+            if run.toxic.type == "reset_peer":
+                # As Toxiproxy: the first chunk to reach it starts the countdown, and is lost.
+                if run.reset_at is None:
+                    run.reset_at = now + run.toxic.attributes["timeout"] / 1000
+                if now < run.reset_at:
+                    return run.reset_at
+                self.conn.close(reset=True)
+                return _DONE
+        if chunk.delay_version != self.version:
+            chunk.delay_s = self._draw_delay_s(active)
+            chunk.delay_version = self.version
+        if now < chunk.read_at + chunk.delay_s:
+            return chunk.read_at + chunk.delay_s
+        if self.piece is None or self.piece.version != self.version:
+            self.piece = self._plan_piece(now, len(chunk.data), active)
+        if now < self.piece.ready_at:
+            return self.piece.ready_at
+        return self._write_piece(chunk, self.piece, active)
+
+    def _step_eof(self, now: float, active: list[_ToxicRun]) -> float:
+        if self.eof_at is None:
+            self.eof_at = now
+        delay_ms = max((r.toxic.attributes["delay"] for r in active
+                        if r.toxic.type == "slow_close"), default=0)
+        if now < self.eof_at + delay_ms / 1000:
+            return self.eof_at + delay_ms / 1000
+        self.pass_eof()
+        return _DONE
+
+    def _draw_delay_s(self, active: list[_ToxicRun]) -> float:
+        delay_ms = 0
+        for run in active:
+            if run.toxic.type == "latency":
+                jitter = run.toxic.attributes["jitter"]
+                delay_ms += run.toxic.attributes["latency"]
+                if jitter > 0:  # Toxiproxy: latency + [-jitter, jitter)
+                    delay_ms += self.conn.rng.randrange(-jitter, jitter)
+        return max(delay_ms, 0) / 1000
+
+    def _plan_piece(self, now: float, available: int, active: list[_ToxicRun]) -> _Piece:
+        size = available
+        ready_at = now
+        for run in active:
+            attributes = run.toxic.attributes
+            if run.toxic.type == "slicer":
+                variation = attributes["size_variation"]
+                drawn = attributes["average_size"] + self.conn.rng.randint(-variation, variation)
+                size = min(size, max(1, drawn))
+                ready_at = max(ready_at, now + attributes["delay"] / 1_000_000)
+        rates = [r.toxic.attributes["rate"] for r in active
+                 if r.toxic.type == "bandwidth" and r.toxic.attributes["rate"] > 0]
+        if rates:
+            bytes_per_s = min(rates) * 1000
+            size = min(size, max(1, int(bytes_per_s * BANDWIDTH_SLICE_S)))
+            # Sleep before sending, as Toxiproxy; idle time earns no burst credit.
+            ready_at = max(ready_at, max(self.bandwidth_next_at, now) + size / bytes_per_s)
+        return _Piece(size, ready_at, self.version)
+
+    def _write_piece(self, chunk: _Chunk, piece: _Piece, active: list[_ToxicRun]) -> float:
+        limits = [r for r in active if r.toxic.type == "limit_data"]
+        size = piece.size
+        for run in limits:
+            size = min(size, run.toxic.attributes["bytes"] - run.bytes_sent)
+        if size > 0:
+            self.dst.write(chunk.data[:size])
+            chunk.data = chunk.data[size:]
+            self.queued_bytes -= size
+            if not chunk.data:
+                self.queue.popleft()
+            if any(r.toxic.type == "bandwidth" for r in active):
+                self.bandwidth_next_at = piece.ready_at
+            for run in limits:
+                run.bytes_sent += size
+        self.piece = None
+        if any(run.bytes_sent >= run.toxic.attributes["bytes"] for run in limits):
+            self.conn.close()  # graceful: what was written still reaches the peer
+            return _DONE
+        self.update_reading()
+        return _PROGRESS
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Connection:
+    """A client connection, its upstream connection and the two pipes between them."""
+
+    def __init__(self, proxy: _Proxy, client: asyncio.Transport) -> None:
+        self.proxy = proxy
+        self.loop = proxy.app.loop
+        self.rng = proxy.app.rng
+        self.client = client
+        self.upstream: asyncio.Transport | None = None
+        self.pipes: dict[str, _Pipe] = {}
+        self.closed = False
+        self.connect_task: asyncio.Task[None] | None = None
+
+    async def connect_upstream(self, host: str, port: int) -> None:
+        try:
+            await asyncio.wait_for(
+                self.loop.create_connection(lambda: _UpstreamProtocol(self), host, port),
+                UPSTREAM_CONNECT_TIMEOUT_S)
+        except (TimeoutError, OSError) as error:
+            # As Toxiproxy: the client is closed when the upstream cannot be reached.
+            log.info("proxy %s: upstream %s:%s unreachable: %s", self.proxy.name, host, port, error)
+            self.close()
+
+    def on_upstream_made(self, upstream: asyncio.Transport) -> None:
+        if self.closed:
+            upstream.abort()
+            return
+        self.upstream = upstream
+        # The client was paused on accept, until there is somewhere to send its bytes.
+        self.pipes = {
+            "upstream": _Pipe(self, "upstream", self.client, upstream, reading=False),
+            "downstream": _Pipe(self, "downstream", upstream, self.client, reading=True),
+        }
+        self.sync_toxics()
+        for pipe in self.pipes.values():
+            pipe.update_reading()
+
+    def sync_toxics(self) -> None:
+        for stream, pipe in self.pipes.items():
+            pipe.sync_toxics([t for t in self.proxy.toxics if t.stream == stream])
+
+    def on_pipe_done(self) -> None:
+        # Half-closes are passed on; the connection ends when both directions have ended.
+        if all(pipe.done for pipe in self.pipes.values()):
+            self.close()
+
+    def close(self, *, reset: bool = False, drop: bool = False) -> None:
+        """Graceful by default (buffered bytes still go out, then FIN); `drop` discards them;
+        `reset` makes both peers see a TCP RST (SO_LINGER 0, as Toxiproxy's reset_peer)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.proxy.connections.discard(self)
+        if self.connect_task is not None and self.connect_task is not asyncio.current_task():
+            self.connect_task.cancel()
+        for pipe in self.pipes.values():
+            pipe.shutdown()
+        for transport in (self.client, self.upstream):
+            if transport is None:
+                continue
+            if reset:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                        struct.pack("ii", 1, 0))
+            if reset or drop:
+                transport.abort()
+            else:
+                transport.close()
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(self, proxy: _Proxy, generation: int) -> None:
+        self.proxy = proxy
+        self.generation = generation
+        self.conn: _Connection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()
+        self.conn = self.proxy.on_accept(transport, self.generation)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn is not None and not self.conn.closed:
+            self.conn.pipes["upstream"].on_data(data)
+
+    def eof_received(self) -> bool:
+        if self.conn is not None and not self.conn.closed:
+            self.conn.pipes["upstream"].on_eof()
+        return True  # keep the socket open for the other direction
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    def pause_writing(self) -> None:
+        if self.conn is not None and "downstream" in self.conn.pipes:
+            self.conn.pipes["downstream"].set_dst_paused(True)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None and "downstream" in self.conn.pipes:
+            self.conn.pipes["downstream"].set_dst_paused(False)
+
+
+class _UpstreamProtocol(asyncio.Protocol):
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.conn.on_upstream_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.conn.closed:
+            self.conn.pipes["downstream"].on_data(data)
+
+    def eof_received(self) -> bool:
+        if not self.conn.closed:
+            self.conn.pipes["downstream"].on_eof()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.close()
+
+    def pause_writing(self) -> None:
+        if not self.conn.closed:
+            self.conn.pipes["upstream"].set_dst_paused(True)
+
+    def resume_writing(self) -> None:
+        if not self.conn.closed:
+            self.conn.pipes["upstream"].set_dst_paused(False)
+
+
+class _Proxy:
+    """A named proxy: listen address, upstream, toxics and open connections."""
+
+    def __init__(self, app: ToxiproxyApp, name: str, listen: str, upstream: str) -> None:
+        self.app = app
+        self.name = name
+        self.listen = listen
+        self.upstream = upstream
+        self.enabled = False
+        self.toxics: list[Toxic] = []
+        self.connections: set[_Connection] = set()
+        self.server: asyncio.Server | None = None
+        self.generation = 0  # connections accepted by an older listener are refused
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "listen": self.listen,
+            "upstream": self.upstream,
+            "enabled": self.enabled,
+            "toxics": [t.to_json() for t in self.sorted_toxics()],
+        }
+
+    def sorted_toxics(self) -> list[Toxic]:
+        return [t for stream in STREAMS for t in self.toxics if t.stream == stream]
+
+    async def start(self) -> None:
+        if self.enabled:
+            return
+        host, port = _parse_address(self.listen, "listen", listen=True)
+        self.generation += 1
+        generation = self.generation
+        try:
+            server = await self.app.loop.create_server(
+                lambda: _ClientProtocol(self, generation), host or None, port,
+                reuse_address=True)
+        except OSError as error:
+            raise ApiError(500, f"listen tcp {self.listen}: {error.strerror or error}") from None
+        bound = server.sockets[0].getsockname()
+        # Toxiproxy answers with the address it really bound, so port 0 becomes a real port
+        # and a later enable listens on that same port.
+        self.listen = _format_address(host or bound[0], bound[1])
+        self.server = server
+        self.enabled = True
+        log.info("proxy %s listening on %s, upstream %s", self.name, self.listen, self.upstream)
+
+    def stop(self) -> None:
+        """Stops listening and drops every open connection (Toxiproxy's disable)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        self.enabled = False
+        self.generation += 1
+        for conn in list(self.connections):
+            conn.close(drop=True)
+
+    def on_accept(self, client: asyncio.Transport, generation: int) -> _Connection | None:
+        if generation != self.generation or len(self.connections) >= CONNECTIONS_PER_PROXY_MAX:
+            client.abort()
+            return None
+        conn = _Connection(self, client)
+        self.connections.add(conn)
+        host, port = _parse_address(self.upstream, "upstream", listen=False)
+        conn.connect_task = self.app.loop.create_task(conn.connect_upstream(host, port))
+        return conn
+
+    def toxics_changed(self) -> None:
+        for conn in list(self.connections):
+            conn.sync_toxics()
+
+
+# ----------------------------------------------------------------------------------------------
+# HTTP/1.1, just enough for the admin API (JSON bodies, keep-alive, Content-Length or chunked)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    keep_alive: bool
+
+    def json(self) -> Any:
+        if not self.body.strip():
+            raise _bad_body("EOF")  # what Go's decoder says about an empty body
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError) as error:
+            raise _bad_body(str(error)) from None
+
+    def json_object(self) -> dict[str, Any]:
+        value = self.json()
+        if not isinstance(value, dict):
+            raise _bad_body("expected a JSON object")
+        return value
+
+
+@dataclass
+class _Response:
+    status: int
+    body: Any = None  # JSON-encoded; None for no body
+
+
+class _HttpError(Exception):
+    """A request that cannot be parsed: answered with `status`, then the connection closes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    """Reads one request; None at a clean end of the connection."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as error:
+        if not error.partial.strip():
+            return None
+        raise _HttpError(400, "incomplete request head") from None
+    except asyncio.LimitOverrunError:
+        raise _HttpError(431, "request head too large") from None
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]) or not parts[1].startswith("/"):
+        raise _HttpError(400, "malformed request line")
+    method, target, version = parts
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise _HttpError(505 if version.startswith("HTTP/") else 400, "unsupported HTTP version")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not _TOKEN.match(name):
+            raise _HttpError(400, "malformed header line")
+        headers[name.lower()] = value.strip()
+    connection = headers.get("connection", "").lower()
+    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+    body = await _read_body(reader, headers)
+    path = target.split("?", 1)[0]
+    return _Request(method, path, headers, body, keep_alive)
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    encoding = headers.get("transfer-encoding", "").lower()
+    if encoding == "chunked":
+        return await _read_chunked(reader)
+    if encoding:
+        raise _HttpError(501, f"transfer-encoding {encoding!r} is not supported")
+    length_text = headers.get("content-length", "0")
+    if not length_text.isdigit():
+        raise _HttpError(400, "bad content-length")
+    length = int(length_text)
+    if length > HTTP_BODY_BYTES_MAX:
+        raise _HttpError(413, f"body over {HTTP_BODY_BYTES_MAX} bytes")
+    try:
+        return await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise _HttpError(400, "body shorter than content-length") from None
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    try:
+        while True:  # bounded: each round adds a chunk and the total is capped below
+            size_line = (await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip()
+            try:
+                size = int(size_line, 16)
+            except ValueError:
+                raise _HttpError(400, "bad chunk size") from None
+            if size < 0 or len(body) + size > HTTP_BODY_BYTES_MAX:
+                raise _HttpError(413, f"body over {HTTP_BODY_BYTES_MAX} bytes")
+            if size == 0:
+                # Trailers are read and ignored, up to the blank line.
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                    pass
+                return bytes(body)
+            body += await reader.readexactly(size)
+            if await reader.readexactly(2) != b"\r\n":
+                raise _HttpError(400, "bad chunk end")
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        raise _HttpError(400, "bad chunked body") from None
+
+
+def _encode_response(response: _Response, keep_alive: bool) -> bytes:
+    try:
+        reason = http.HTTPStatus(response.status).phrase
+    except ValueError:
+        reason = "Unknown"
+    lines = [f"HTTP/1.1 {response.status} {reason}"]
+    body = b""
+    if response.body is not None and response.status not in (204, 304):
+        body = json.dumps(response.body).encode()
+        lines.append("Content-Type: application/json")
+    if response.status != 204:
+        lines.append(f"Content-Length: {len(body)}")
+    lines.append("Connection: " + ("keep-alive" if keep_alive else "close"))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    return {"error": message, "status": status}
+
+
+# ----------------------------------------------------------------------------------------------
+# The application: proxies and the API routes
+# ----------------------------------------------------------------------------------------------
+
+_Handler = Callable[[_Request, dict[str, str]], Awaitable[_Response]]
+
+
+class ToxiproxyApp:
+    """The server inside one event loop: the proxies and the HTTP API. All state is touched on
+    that loop only; other threads use ToxiproxyServer (or HTTP)."""
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        # One seeded generator for toxicity draws, jitter and slice sizes, so a test can
+        # replay them (the order of connections still depends on the test's own timing).
+        self.rng = random.Random(seed)
+        self.proxies: dict[str, _Proxy] = {}
+        self.http_server: asyncio.Server | None = None
+        self.http_writers: set[asyncio.StreamWriter] = set()
+        self.http_tasks: set[asyncio.Task[Any]] = set()
+        self.api_host = ""
+        self.api_port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        proxy = r"/proxies/(?P<proxy>[^/]+)"
+        toxic = proxy + r"/toxics/(?P<toxic>[^/]+)"
+        # The route table: (methods, path pattern, handler), as Toxiproxy's api.go.
+        self.routes: list[tuple[tuple[str, ...], re.Pattern[str], _Handler]] = [
+            (("GET",), re.compile(r"/version"), self.handle_version),
+            (("POST",), re.compile(r"/reset"), self.handle_reset),
+            (("GET",), re.compile(r"/proxies"), self.handle_proxy_index),
+            (("POST",), re.compile(r"/proxies"), self.handle_proxy_create),
+            (("POST",), re.compile(r"/populate"), self.handle_populate),
+            (("GET",), re.compile(proxy), self.handle_proxy_show),
+            (("POST", "PATCH"), re.compile(proxy), self.handle_proxy_update),
+            (("DELETE",), re.compile(proxy), self.handle_proxy_delete),
+            (("GET",), re.compile(proxy + r"/toxics"), self.handle_toxic_index),
+            (("POST",), re.compile(proxy + r"/toxics"), self.handle_toxic_create),
+            (("GET",), re.compile(toxic), self.handle_toxic_show),
+            (("POST", "PATCH"), re.compile(toxic), self.handle_toxic_update),
+            (("DELETE",), re.compile(toxic), self.handle_toxic_delete),
+        ]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "start() first"
+        return self._loop
+
+    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_API_PORT) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.http_server = await asyncio.start_server(
+            self._serve_http, host, port, limit=HTTP_HEAD_BYTES_MAX, reuse_address=True)
+        bound = self.http_server.sockets[0].getsockname()
+        self.api_host, self.api_port = str(bound[0]), int(bound[1])
+        log.info("toxiproxy API listening on %s", _format_address(self.api_host, self.api_port))
+
+    async def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.stop()
+        self.proxies.clear()
+        if self.http_server is not None:
+            self.http_server.close()
+            self.http_server = None
+        for writer in list(self.http_writers):
+            writer.close()
+        # Closed sockets end their handlers; only a stuck one is cancelled.
+        if self.http_tasks:
+            _, pending = await asyncio.wait(set(self.http_tasks), timeout=HTTP_CLOSE_TIMEOUT_S)
+            for task in pending:
+                task.cancel()
+
+    # -- HTTP connection handling ----------------------------------------------------------------
+
+    async def _serve_http(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        if len(self.http_writers) >= HTTP_CONNECTIONS_MAX:
+            writer.close()
+            return
+        self.http_writers.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self.http_tasks.add(task)
+        try:
+            while True:  # one request per round; ends on close, error or idle timeout
+                try:
+                    request = await asyncio.wait_for(_read_request(reader), HTTP_REQUEST_TIMEOUT_S)
+                except _HttpError as error:
+                    response = _Response(error.status, _error_body(error.status, error.message))
+                    writer.write(_encode_response(response, keep_alive=False))
+                    await writer.drain()
+                    return
+                if request is None:
+                    return
+                response = await self.dispatch(request)
+                writer.write(_encode_response(response, request.keep_alive))
+                await writer.drain()
+                if not request.keep_alive:
+                    return
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            # Ends the handler quietly: asyncio 3.11's start_server callback calls exception()
+            # on its task and logs a spurious error when that task was cancelled.
+            pass
+        finally:
+            self.http_writers.discard(writer)
+            if task is not None:
+                self.http_tasks.discard(task)
+            writer.close()
+
+    async def dispatch(self, request: _Request) -> _Response:
+        """Routes one request; every failure becomes an error answer, never a crash."""
+        path_matched = False
+        try:
+            for methods, pattern, handler in self.routes:
+                match = pattern.fullmatch(request.path)
+                if match is None:
+                    continue
+                path_matched = True
+                if request.method in methods:
+                    params = {k: unquote(v) for k, v in match.groupdict().items()}
+                    return await handler(request, params)
+            if path_matched:
+                raise ApiError(405, f"method {request.method} not allowed on {request.path}")
+            raise ApiError(404, "404 page not found")
+        except ApiError as error:
+            return _Response(error.status, _error_body(error.status, error.message))
+        except Exception as error:
+            log.exception("toxiproxy API: %s %s failed", request.method, request.path)
+            return _Response(500, _error_body(500, f"internal error: {error!r}"))
+
+    # -- proxies ---------------------------------------------------------------------------------
+
+    def _proxy(self, params: dict[str, str]) -> _Proxy:
+        proxy = self.proxies.get(params["proxy"])
+        if proxy is None:
+            raise ApiError(404, "proxy not found")
+        return proxy
+
+    async def handle_version(self, request: _Request, params: dict[str, str]) -> _Response:
+        return _Response(200, {"version": VERSION})
+
+    async def handle_reset(self, request: _Request, params: dict[str, str]) -> _Response:
+        errors = []
+        for proxy in self.proxies.values():
+            try:
+                await proxy.start()
+            except ApiError as error:
+                errors.append(f"{proxy.name}: {error.message}")
+            proxy.toxics.clear()
+            proxy.toxics_changed()
+        if errors:
+            raise ApiError(500, "; ".join(errors))
+        return _Response(204)
+
+    async def handle_proxy_index(self, request: _Request, params: dict[str, str]) -> _Response:
+        return _Response(200, {name: p.to_json() for name, p in self.proxies.items()})
+
+    async def handle_proxy_show(self, request: _Request, params: dict[str, str]) -> _Response:
+        return _Response(200, self._proxy(params).to_json())
+
+    def _proxy_input(self, body: dict[str, Any]) -> tuple[str, str, str, bool]:
+        name = _check_name(body.get("name"), "name")
+        upstream = body.get("upstream")
+        _parse_address(upstream, "upstream", listen=False)
+        listen = body.get("listen") or "127.0.0.1:0"
+        _parse_address(listen, "listen", listen=True)
+        enabled = body.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise _bad_body("enabled must be true or false")
+        assert isinstance(upstream, str) and isinstance(listen, str)
+        return name, listen, upstream, enabled
+
+    async def handle_proxy_create(self, request: _Request, params: dict[str, str]) -> _Response:
+        name, listen, upstream, enabled = self._proxy_input(request.json_object())
+        if name in self.proxies:
+            raise ApiError(409, "proxy already exists")
+        if len(self.proxies) >= PROXIES_MAX:
+            raise ApiError(400, f"at most {PROXIES_MAX} proxies")
+        proxy = _Proxy(self, name, listen, upstream)
+        if enabled:
+            await proxy.start()  # a failed listen leaves nothing behind, as in Toxiproxy
+        self.proxies[name] = proxy
+        return _Response(201, proxy.to_json())
+
+    async def handle_populate(self, request: _Request, params: dict[str, str]) -> _Response:
+        body = request.json()
+        if not isinstance(body, list) or len(body) > PROXIES_MAX:
+            raise _bad_body(f"expected a list of at most {PROXIES_MAX} proxies")
+        # Every entry is checked before any proxy is touched, as Toxiproxy does.
+        inputs = []
+        for entry in body:
+            if not isinstance(entry, dict):
+                raise _bad_body("expected a list of proxy objects")
+            inputs.append(self._proxy_input(entry))
+        populated = []
+        for name, listen, upstream, enabled in inputs:
+            existing = self.proxies.get(name)
+            if existing is not None and (existing.listen, existing.upstream) == (listen, upstream):
+                populated.append(existing)
+                continue
+            if existing is not None:
+                existing.stop()
+                del self.proxies[name]
+            proxy = _Proxy(self, name, listen, upstream)
+            try:
+                if enabled:
+                    await proxy.start()
+            except ApiError as error:
+                proxies_json = [p.to_json() for p in populated]
+                return _Response(error.status, {**_error_body(error.status, error.message),
+                                                "proxies": proxies_json})
+            self.proxies[name] = proxy
+            populated.append(proxy)
+        return _Response(201, {"proxies": [p.to_json() for p in populated]})
+
+    async def handle_proxy_update(self, request: _Request, params: dict[str, str]) -> _Response:
+        proxy = self._proxy(params)
+        body = request.json_object()
+        listen = body.get("listen") or proxy.listen
+        upstream = body.get("upstream") or proxy.upstream
+        _parse_address(listen, "listen", listen=True)
+        _parse_address(upstream, "upstream", listen=False)
+        enabled = body.get("enabled", proxy.enabled)
+        if not isinstance(enabled, bool):
+            raise _bad_body("enabled must be true or false")
+        # As Toxiproxy's Proxy.Update: a new address restarts the proxy; disabling stops
+        # listening and drops every connection; enabling listens again on the same address.
+        if (listen, upstream) != (proxy.listen, proxy.upstream):
+            proxy.stop()
+            proxy.listen, proxy.upstream = listen, upstream
+        if enabled and not proxy.enabled:
+            await proxy.start()
+        elif not enabled and proxy.enabled:
+            proxy.stop()
+        return _Response(200, proxy.to_json())
+
+    async def handle_proxy_delete(self, request: _Request, params: dict[str, str]) -> _Response:
+        proxy = self._proxy(params)
+        proxy.stop()
+        del self.proxies[proxy.name]
+        return _Response(204)
+
+    # -- toxics ----------------------------------------------------------------------------------
+
+    def _toxic(self, proxy: _Proxy, params: dict[str, str]) -> Toxic:
+        for toxic in proxy.toxics:
+            if toxic.name == params["toxic"]:
+                return toxic
+        raise ApiError(404, "toxic not found")
+
+    async def handle_toxic_index(self, request: _Request, params: dict[str, str]) -> _Response:
+        return _Response(200, [t.to_json() for t in self._proxy(params).sorted_toxics()])
+
+    async def handle_toxic_show(self, request: _Request, params: dict[str, str]) -> _Response:
+        proxy = self._proxy(params)
+        return _Response(200, self._toxic(proxy, params).to_json())
+
+    async def handle_toxic_create(self, request: _Request, params: dict[str, str]) -> _Response:
+        proxy = self._proxy(params)
+        body = request.json_object()
+        # Checked in Toxiproxy's order: stream, type, duplicate name, attributes.
+        stream = body.get("stream") or "downstream"
+        if not isinstance(stream, str) or stream.lower() not in STREAMS:
+            raise ApiError(400, "stream was invalid, can be either upstream or downstream")
+        stream = stream.lower()
+        toxic_type = body.get("type")
+        if not isinstance(toxic_type, str) or toxic_type not in TOXIC_ATTRIBUTES:
+            raise ApiError(400, "invalid toxic type")
+        name = _check_name(body.get("name") or f"{toxic_type}_{stream}", "name")
+        if any(t.name == name for t in proxy.toxics):
+            raise ApiError(409, "toxic already exists")
+        if len(proxy.toxics) >= TOXICS_PER_PROXY_MAX:
+            raise ApiError(400, f"at most {TOXICS_PER_PROXY_MAX} toxics per proxy")
+        toxicity = _check_toxicity(body.get("toxicity", 1.0))
+        base = dict.fromkeys(TOXIC_ATTRIBUTES[toxic_type], 0)
+        attributes = _check_attributes(toxic_type, body.get("attributes") or {}, base)
+        toxic = Toxic(name, toxic_type, stream, toxicity, attributes)
+        proxy.toxics.append(toxic)
+        proxy.toxics_changed()
+        return _Response(200, toxic.to_json())
+
+    async def handle_toxic_update(self, request: _Request, params: dict[str, str]) -> _Response:
+        proxy = self._proxy(params)
+        toxic = self._toxic(proxy, params)
+        body = request.json_object()
+        # As Toxiproxy: only attributes (merged into the current ones) and toxicity change.
+        attributes = _check_attributes(toxic.type, body.get("attributes") or {}, toxic.attributes)
+        toxicity = _check_toxicity(body.get("toxicity", toxic.toxicity))
+        toxic.attributes, toxic.toxicity = attributes, toxicity
+        toxic.version += 1
+        proxy.toxics_changed()
+        return _Response(200, toxic.to_json())
+
+    async def handle_toxic_delete(self, request: _Request, params: dict[str, str]) -> _Response:
+        proxy = self._proxy(params)
+        proxy.toxics.remove(self._toxic(proxy, params))
+        proxy.toxics_changed()
+        return _Response(204)
+
+
+# ----------------------------------------------------------------------------------------------
+# Runners: a background thread for tests, a process for everything else
+# ----------------------------------------------------------------------------------------------
+
+
+class ToxiproxyServer:
+    """The server on a background thread with its own event loop, for use inside a test
+    process. `port=0` picks a free port (read `.port` after start()); tests that run next to
+    other engineers' tests on the same machine should not take the well-known 8474."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, seed: int | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.seed = seed
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        return _format_address(self.host, self.port)
+
+    def start(self, timeout_s: float = 10.0) -> ToxiproxyServer:
+        assert self._thread is None, "already started"
+        self._thread = threading.Thread(target=self._main, name="toxiproxy-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"toxiproxy server did not start in {timeout_s} s")
+        if self._error is not None:
+            self._thread.join(timeout_s)
+            raise RuntimeError(f"toxiproxy server failed to start: {self._error}")
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._thread is None:
+            return
+        if self._loop is not None and self._stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop may already be closed
+                self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"toxiproxy server did not stop in {timeout_s} s")
+        self._thread = None
+
+    def __enter__(self) -> ToxiproxyServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as error:  # reported to start(); the thread just ends
+            self._error = error
+        finally:
+            self._ready.set()
+            _close_loop(loop)
+
+    async def _serve(self) -> None:
+        app = ToxiproxyApp(seed=self.seed)
+        self._stopping = asyncio.Event()
+        await app.start(self.host, self.port)
+        self.host, self.port = app.api_host, app.api_port
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await app.close()
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+async def _serve_process(host: str, port: int, seed: int | None) -> None:
+    app = ToxiproxyApp(seed=seed)
+    await app.start(host, port)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    # The one line on stdout: whoever started us learns the port even when it was 0.
+    print(json.dumps({"api": _format_address(app.api_host, app.api_port)}), flush=True)
+    try:
+        await stopping.wait()
+    finally:
+        await app.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_API_PORT)
+    parser.add_argument("--seed", type=int, default=None, help="seed for toxicity and jitter")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve_process(args.host, args.port, args.seed))
+    except OSError as error:
+        print(f"toxiproxy server: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
