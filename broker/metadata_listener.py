@@ -25,10 +25,9 @@ no update is ever dropped or reordered. ``offset`` is the offset of the last ima
 publisher has processed; the broker reports it in its heartbeats, so the controller's "caught up"
 and controlled-shutdown decisions mean "the replica manager has acted on it".
 
-Replay is per record. The controller replays a committed batch atomically (one invalid record
-makes the whole batch a no-op), but FetchMetadataResponse does not carry batch boundaries, so a
-broker cannot do the same; see docs/decisions.md ("Broker control plane") for why this is rare
-and what the stream should carry instead.
+Replay is per committed batch, all or nothing, exactly as the controllers replay it (one invalid
+record makes the whole batch a no-op): FetchMetadataResponse carries the batch boundaries
+(``batch_record_counts``) and never splits a batch.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ import grpc
 from broker.controller_client import BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, ControllerClient
 from tidelog.errors import (
     InconsistentClusterIdError,
+    InvalidRecordError,
     NotControllerError,
     TidelogError,
     error_for_code,
@@ -214,11 +214,12 @@ class MetadataLoader:
         snapshot_loaded = image is not previous
         delta: MetadataDelta | None = None
         ignored: list[str] = []
-        records = self._unapplied(message, image.offset)
-        if records:
+        batches = self._unapplied(message, image.offset)
+        if batches:
             delta = MetadataDelta(image)
-            for index, record in enumerate(records):
-                reason = delta.replay(record, image.offset + 1 + index)
+            for base_offset, records in batches:
+                # All or nothing per committed batch, exactly as the controllers replayed it.
+                reason = delta.replay_batch(records, base_offset)
                 if reason is not None:
                     ignored.append(reason)
             image = delta.apply()
@@ -253,16 +254,32 @@ class MetadataLoader:
 
     def _unapplied(
         self, message: controller_pb2.FetchMetadataResponse, applied_offset: int
-    ) -> Sequence[metadata_pb2.MetadataRecord]:
-        """The message's records this image does not have yet; raises on a gap."""
+    ) -> list[tuple[int, Sequence[metadata_pb2.MetadataRecord]]]:
+        """The message's committed batches (base offset, records) this image does not have yet.
+
+        Raises MetadataGapError when the message starts past the next offset, or when the next
+        offset falls inside one of its batches (re-requesting from there gets a snapshot).
+        """
         expected = applied_offset + 1
         base = message.base_offset
         if base > expected:
             raise MetadataGapError(expected_offset=expected, base_offset=base)
         records: Sequence[metadata_pb2.MetadataRecord] = message.records
-        if base + len(records) <= expected:
-            return ()  # nothing new (or a progress message)
-        return records[expected - base :]
+        counts = list(message.batch_record_counts) or ([len(records)] if records else [])
+        if sum(counts) != len(records) or any(c <= 0 for c in counts):
+            raise InvalidRecordError(
+                f"metadata message at offset {base} has {len(records)} records but batch "
+                f"counts {counts}")
+        batches: list[tuple[int, Sequence[metadata_pb2.MetadataRecord]]] = []
+        start = 0
+        for count in counts:
+            offset = base + start
+            if offset >= expected:
+                batches.append((offset, records[start : start + count]))
+            elif offset + count > expected:
+                raise MetadataGapError(expected_offset=expected, base_offset=offset)
+            start += count
+        return batches
 
 
 # --- the stream shell -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ speculative state is always rebuilt from the committed image, never patched.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
 import random
@@ -64,34 +65,60 @@ def now_ms() -> int:
 
 
 class MetadataTail:
-    """Committed records kept for streaming: offsets base_offset .. base_offset + len - 1."""
+    """Committed batches kept for streaming, whole: offsets base_offset .. end_offset - 1.
+
+    Batches stay whole because replay applies a batch all or nothing; a follower is only ever
+    sent whole batches, starting at a batch boundary.
+    """
 
     def __init__(self) -> None:
         self.base_offset = 0
-        self._records: list[metadata_pb2.MetadataRecord] = []
+        self._starts: list[int] = []  # first offset of each batch, ascending
+        self._batches: list[list[metadata_pb2.MetadataRecord]] = []
+        self._records = 0
 
     @property
     def end_offset(self) -> int:
-        return self.base_offset + len(self._records)
+        return self.base_offset + self._records
 
     def reset(self, next_offset: int) -> None:
         self.base_offset = next_offset
-        self._records = []
+        self._starts, self._batches, self._records = [], [], 0
 
-    def extend(self, base_offset: int, records: list[metadata_pb2.MetadataRecord]) -> None:
+    def append(self, base_offset: int, records: list[metadata_pb2.MetadataRecord]) -> None:
         if base_offset != self.end_offset:
             self.reset(base_offset)
-        self._records.extend(records)
-        excess = len(self._records) - METADATA_TAIL_RECORDS_MAX
-        if excess > 0:
-            cut = excess + METADATA_TAIL_RECORDS_MAX // 10  # trim in chunks: amortized cost
-            del self._records[:cut]
-            self.base_offset += cut
+        self._starts.append(base_offset)
+        self._batches.append(records)
+        self._records += len(records)
+        if self._records > METADATA_TAIL_RECORDS_MAX:
+            self._trim(self._records - METADATA_TAIL_RECORDS_MAX // 10 * 9)
 
-    def slice(self, offset: int, count: int) -> list[metadata_pb2.MetadataRecord]:
-        assert offset >= self.base_offset
-        start = offset - self.base_offset
-        return self._records[start : start + count]
+    def _trim(self, records_to_drop: int) -> None:
+        """Drop leading whole batches (in one go, so the cost is amortized over appends)."""
+        dropped = count = 0
+        while count < len(self._batches) - 1 and dropped < records_to_drop:
+            dropped += len(self._batches[count])
+            count += 1
+        del self._starts[:count], self._batches[:count]
+        self._records -= dropped
+        self.base_offset += dropped
+
+    def batches_from(self, offset: int, records_max: int
+                     ) -> list[list[metadata_pb2.MetadataRecord]] | None:
+        """Whole batches from the one starting at ``offset``, up to ``records_max`` records (at
+        least one batch). None when ``offset`` is not a batch start held here."""
+        i = bisect.bisect_left(self._starts, offset)
+        if i == len(self._starts) or self._starts[i] != offset:
+            return None
+        out: list[list[metadata_pb2.MetadataRecord]] = []
+        total = 0
+        for batch in self._batches[i:]:
+            if out and total + len(batch) > records_max:
+                break
+            out.append(batch)
+            total += len(batch)
+        return out
 
 
 class ControllerRuntime:
@@ -147,7 +174,7 @@ class ControllerRuntime:
         with self._lock:
             base = self.logic.committed_offset + 1
             outcome = self.logic.replay_batch(records, base)
-            self._tail.extend(base, records)
+            self._tail.append(base, records)
             self._applied[index] = base
             if len(self._applied) > APPLIED_BATCHES_KEPT:
                 self._applied.popitem(last=False)
@@ -431,14 +458,18 @@ class ControllerRuntime:
             committed = self.logic.committed_offset
             if next_offset > committed:
                 return None, next_offset
-            if next_offset < self._tail.base_offset:
+            batches = None
+            if next_offset >= self._tail.base_offset:
+                batches = self._tail.batches_from(next_offset, FETCH_METADATA_RECORDS_MAX)
+            if batches is None:  # older than the tail, or inside a batch: start from a snapshot
                 snap = self.logic.committed_snapshot()
                 after = snap.metadata_offset + 1
                 return controller_pb2.FetchMetadataResponse(
                     snapshot=snap, base_offset=after, committed_offset=committed), after
-            records = self._tail.slice(next_offset, FETCH_METADATA_RECORDS_MAX)
+        records = [r for batch in batches for r in batch]
         response = controller_pb2.FetchMetadataResponse(
-            records=records, base_offset=next_offset, committed_offset=committed)
+            records=records, base_offset=next_offset, committed_offset=committed,
+            batch_record_counts=[len(b) for b in batches])
         return response, next_offset + len(records)
 
     # ----------------------------------------------------------- lifecycle

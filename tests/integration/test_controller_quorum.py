@@ -106,7 +106,12 @@ def read_image(stub: controller_pb2_grpc.ControllerServiceStub, cluster_id: str,
             if msg.records:
                 assert msg.base_offset == image.offset + 1
                 delta = MetadataDelta(image)
-                delta.replay_batch(list(msg.records), msg.base_offset)
+                start = 0
+                for count in msg.batch_record_counts:  # each committed batch all or nothing
+                    delta.replay_batch(list(msg.records[start:start + count]),
+                                       msg.base_offset + start)
+                    start += count
+                assert start == len(msg.records)
                 image = delta.apply()
             if image.offset >= until_offset:
                 return image

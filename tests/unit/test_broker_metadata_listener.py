@@ -32,7 +32,7 @@ from broker.metadata_listener import (
     MetadataUpdate,
     local_changes_between,
 )
-from tidelog.errors import InconsistentClusterIdError, NotControllerError
+from tidelog.errors import InconsistentClusterIdError, InvalidRecordError, NotControllerError
 from tidelog.metadata.delta import LocalPartition, LocalReplicaChanges, MetadataDelta
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import image_to_snapshot, metadata_record
@@ -98,12 +98,16 @@ def cluster_log() -> list[Record]:
 
 
 def records_message(base_offset: int, records: Iterable[Record], *,
-                    committed_offset: int | None = None) -> controller_pb2.FetchMetadataResponse:
+                    committed_offset: int | None = None,
+                    batch_record_counts: list[int] | None = None
+                    ) -> controller_pb2.FetchMetadataResponse:
+    """A stream message; each record its own committed batch unless counts say otherwise."""
     listed = list(records)
     last = base_offset + len(listed) - 1
     return controller_pb2.FetchMetadataResponse(
         records=listed, base_offset=base_offset,
-        committed_offset=last if committed_offset is None else committed_offset)
+        committed_offset=last if committed_offset is None else committed_offset,
+        batch_record_counts=batch_record_counts or [1] * len(listed))
 
 
 def progress_message(next_offset: int, committed_offset: int
@@ -232,6 +236,25 @@ def test_a_record_that_does_not_apply_is_reported_and_the_offset_moves_on() -> N
     assert update is not None and len(update.ignored) == 1
     assert "offset 10" in update.ignored[0] and loader.offset == 11
     assert update.image.topics.get("events") is not None
+
+
+def test_a_batch_applies_all_or_nothing_as_on_the_controllers() -> None:
+    loader = loaded()
+    # One committed batch: the unfence is invalid (broker 1 is not fenced), so the topic in the
+    # same batch must not apply either, as the controllers' replay decided.
+    update = loader.load(records_message(10, [unfence(1, 0), topic("events", EVENTS)],
+                                         batch_record_counts=[2]))
+    assert update is not None and len(update.ignored) == 1 and loader.offset == 11
+    assert update.image.topics.get("events") is None
+
+
+def test_a_stream_starting_inside_a_batch_is_a_gap() -> None:
+    loader = loaded()
+    with pytest.raises(MetadataGapError):
+        loader.load(records_message(9, [topic("a", EVENTS), topic("b", ORDERS)],
+                                    batch_record_counts=[2]))
+    with pytest.raises(InvalidRecordError):
+        loader.load(records_message(10, [topic("a", EVENTS)], batch_record_counts=[2]))
 
 
 def test_a_snapshot_replaces_the_image_and_local_changes_compare_images() -> None:

@@ -475,7 +475,7 @@ class FetchMetadataRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., from_offset: _Optional[int] = ...) -> None: ...
 
 class FetchMetadataResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "snapshot", "records", "base_offset", "committed_offset", "controller")
+    __slots__ = ("error_code", "error_message", "snapshot", "records", "base_offset", "committed_offset", "controller", "batch_record_counts")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
@@ -483,6 +483,7 @@ class FetchMetadataResponse(_message.Message):
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_RECORD_COUNTS_FIELD_NUMBER: _ClassVar[int]
     error_code: _common_pb2.ErrorCode
     error_message: str
     snapshot: _metadata_pb2.MetadataSnapshot
@@ -490,4 +491,5 @@ class FetchMetadataResponse(_message.Message):
     base_offset: int
     committed_offset: int
     controller: _common_pb2.ControllerHint
-    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., snapshot: _Optional[_Union[_metadata_pb2.MetadataSnapshot, _Mapping]] = ..., records: _Optional[_Iterable[_Union[_metadata_pb2.MetadataRecord, _Mapping]]] = ..., base_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., controller: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ...) -> None: ...
+    batch_record_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., snapshot: _Optional[_Union[_metadata_pb2.MetadataSnapshot, _Mapping]] = ..., records: _Optional[_Iterable[_Union[_metadata_pb2.MetadataRecord, _Mapping]]] = ..., base_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., controller: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ..., batch_record_counts: _Optional[_Iterable[int]] = ...) -> None: ...
