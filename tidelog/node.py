@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -19,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from tidelog import limits
 from tidelog.config import NodeConfig
 from tidelog.data_dir import check_data_dir
-from tidelog.observability import MetricsServer
+from tidelog.observability import MetricsServer, Readiness
 
 log = logging.getLogger("tidelog.node")
 
@@ -48,43 +49,88 @@ async def _serve(config: NodeConfig, cluster_id: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-
-    runtime = None
-    server = None
-    if config.is_controller:
-        from controller.metrics import ControllerMetrics
-        from controller.runtime import ControllerRuntime
-        from controller.service import add_to_server
-
-        runtime = ControllerRuntime(config, cluster_id=cluster_id,
-                                    metrics=ControllerMetrics(registry))
-        server = grpc.aio.server(options=GRPC_OPTIONS)
-        add_to_server(server, runtime)
-        voter = config.voter()
-        address = f"{config.controller.listen_host}:{voter.port}"
-        if server.add_insecure_port(address) == 0:
-            raise OSError(f"cannot bind the controller port {address}")
-        await server.start()
-        await runtime.start()
-        log.info("controller %d serving on %s (raft %s), cluster %s", config.node_id, address,
-                 voter.raft_address, cluster_id)
-    if config.is_broker:
-        log.warning("the broker role is not implemented yet; running the controller role only")
-
-    metrics_server = None
-    if config.metrics.port:
-        ready = runtime.readiness if runtime is not None else (lambda: None)
-        metrics_server = MetricsServer(registry, ready, host=config.metrics.host,
-                                       port=config.metrics.port)
-        metrics_server.start()
+    stack: list[tuple[str, Any]] = []  # (what, async stop function), stopped in reverse
+    checks: list[Readiness] = []
     try:
-        await stop.wait()
+        if config.is_controller:
+            checks.append(await _start_controller(config, cluster_id, registry, stack))
+        if config.is_broker:
+            broker = await _start_broker(config, cluster_id, registry, stack)
+            checks.append(broker.readiness)
+            stop_on = broker.stopping
+        else:
+            stop_on = asyncio.Event()
+        if config.metrics.port:
+            metrics = MetricsServer(registry, lambda: _first_reason(checks),
+                                    host=config.metrics.host, port=config.metrics.port)
+            metrics.start()
+            stack.append(("metrics", _as_async(metrics.stop)))
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(stop_on.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
         log.info("node %d stopping", config.node_id)
     finally:
-        if server is not None:
-            await server.stop(GRACE_S)
-        if runtime is not None:
-            await runtime.stop()
-        if metrics_server is not None:
-            metrics_server.stop()
+        for what, stop_fn in reversed(stack):
+            try:
+                await stop_fn()
+            except Exception:
+                log.exception("node %d: stopping %s failed", config.node_id, what)
     log.info("node %d stopped", config.node_id)
+
+
+async def _start_controller(config: NodeConfig, cluster_id: str, registry: CollectorRegistry,
+                            stack: list[tuple[str, Any]]) -> Readiness:
+    from controller.metrics import ControllerMetrics
+    from controller.runtime import ControllerRuntime
+    from controller.service import add_to_server
+
+    runtime = ControllerRuntime(config, cluster_id=cluster_id,
+                                metrics=ControllerMetrics(registry))
+    stack.append(("controller", runtime.stop))
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    add_to_server(server, runtime)
+    voter = config.voter()
+    address = f"{config.controller.listen_host}:{voter.port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot bind the controller port {address}")
+    await server.start()
+    stack.append(("controller gRPC", lambda: server.stop(GRACE_S)))
+    await runtime.start()
+    log.info("controller %d serving on %s (raft %s), cluster %s", config.node_id, address,
+             voter.raft_address, cluster_id)
+    return runtime.readiness
+
+
+async def _start_broker(config: NodeConfig, cluster_id: str, registry: CollectorRegistry,
+                        stack: list[tuple[str, Any]]) -> Any:
+    from broker.runtime import BrokerRuntime
+    from broker.service import add_to_server
+
+    runtime = BrokerRuntime(config, cluster_id=cluster_id, registry=registry)
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    add_to_server(server, runtime)
+    address = f"{config.broker.listen_host}:{config.broker.port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot bind the broker port {address}")
+    # Serve before registering: once registered, other brokers may fetch from us at once.
+    await server.start()
+    stack.append(("broker gRPC", lambda: server.stop(GRACE_S)))
+    stack.append(("broker", runtime.stop))  # stopped first: controlled shutdown while serving
+    await runtime.start()
+    log.info("broker %d serving on %s, cluster %s", config.node_id, address, cluster_id)
+    return runtime
+
+
+def _first_reason(checks: list[Readiness]) -> str | None:
+    for check in checks:
+        reason = check()
+        if reason is not None:
+            return reason
+    return None
+
+
+def _as_async(fn: Any) -> Any:
+    async def run() -> None:
+        fn()
+    return run

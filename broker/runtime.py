@@ -1,0 +1,92 @@
+"""The broker process: controller client, metadata listener, lifecycle, data plane, gRPC server.
+
+Start order (each step needs the one before): open storage; build the ControllerClient from the
+voter list; subscribe the data plane (replica manager) to the MetadataListener and start it;
+register and heartbeat (BrokerLifecycleManager, reporting the listener's offset); serve gRPC.
+Stop order on SIGTERM (Kafka's controlled shutdown): ask the controllers to move leadership away
+and wait until they say so (bounded), stop serving, stop the lifecycle, the listener and the data
+plane, close storage.
+
+A fatal control-plane error (INCONSISTENT_CLUSTER_ID from the quorum, an unusable metadata
+stream) stops the broker: ``failure`` says why and the node exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from broker.controller_client import ControllerClient
+from broker.lifecycle import BrokerLifecycleManager
+from broker.metadata_listener import MetadataListener
+from tidelog.config import NodeConfig
+from tidelog.errors import TidelogError
+
+log = logging.getLogger("tidelog.broker")
+
+#: How long a controlled shutdown may wait for the controllers to move leadership away.
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 15_000
+#: Registration must succeed within this (the quorum may still be electing at cluster start).
+REGISTRATION_TIMEOUT_MS = 60_000
+
+
+class BrokerRuntime:
+    """One broker node's components and their start/stop order."""
+
+    def __init__(self, config: NodeConfig, *, cluster_id: str, registry: Any) -> None:
+        b = config.broker
+        self.config = config
+        self.broker_id = config.node_id
+        self.cluster_id = cluster_id
+        self.registry = registry
+        self.failure: TidelogError | None = None
+        self.stopping = asyncio.Event()
+        self.client = ControllerClient(config.controller.voters, name=f"broker-{config.node_id}")
+        self.listener = MetadataListener(broker_id=config.node_id, cluster_id=cluster_id,
+                                         client=self.client, on_fatal=self._on_fatal)
+        self.lifecycle = BrokerLifecycleManager(
+            broker_id=config.node_id, cluster_id=cluster_id, host=b.host, port=b.port,
+            rack=b.rack, client=self.client, metadata_offset=lambda: self.listener.offset,
+            heartbeat_interval_ms=b.heartbeat_interval_ms, on_fatal=self._on_fatal)
+        self.data_dir = Path(config.data_dir)
+        self.data_plane: Any = None  # the replica manager, when this build has one
+
+    def _on_fatal(self, error: TidelogError) -> None:
+        log.error("broker %d: fatal: %s", self.broker_id, error)
+        if self.failure is None:
+            self.failure = error
+        self.stopping.set()
+
+    async def start(self) -> None:
+        if self.data_plane is not None:
+            await self.data_plane.start()
+            await self.listener.subscribe(self.data_plane)
+        await self.listener.start()
+        await self.lifecycle.start(registration_timeout_ms=REGISTRATION_TIMEOUT_MS)
+        log.info("broker %d registered with epoch %d", self.broker_id,
+                 self.lifecycle.broker_epoch)
+
+    async def stop(self) -> None:
+        """Controlled shutdown (bounded), then stop every component in reverse order."""
+        if self.failure is None:
+            moved = await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_MS)
+            log.info("broker %d controlled shutdown %s", self.broker_id,
+                     "complete" if moved else "timed out; stopping anyway")
+        await self.lifecycle.stop()
+        await self.listener.stop()
+        if self.data_plane is not None:
+            await self.data_plane.stop()
+        await self.client.close()
+
+    def readiness(self) -> str | None:
+        if self.failure is not None:
+            return f"failed: {self.failure}"
+        if self.lifecycle.broker_epoch < 0:
+            return "not registered with the controllers yet"
+        if self.lifecycle.is_fenced:
+            return "fenced by the controllers (catching up with the metadata log)"
+        if not self.listener.is_caught_up:
+            return "catching up with the metadata log"
+        return None

@@ -1,0 +1,139 @@
+"""BrokerService over gRPC: what clients call.
+
+Metadata and DescribeCluster are answered from this broker's metadata image; admin writes are
+forwarded to the active controller (through the ControllerClient, which follows NOT_CONTROLLER
+and never lets a controller's hint reach the client); produce, fetch and offsets are the data
+plane's (``runtime.data_plane``). No handler lets an exception escape as a gRPC error for a
+client's mistake: those are error codes in the response.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from broker.runtime import BrokerRuntime
+from tidelog.metadata.image import MetadataImage
+from tidelog.v1 import broker_pb2 as pb
+from tidelog.v1 import broker_pb2_grpc, common_pb2
+from tidelog.v1 import controller_pb2 as cpb
+from tidelog.v1.common_pb2 import ErrorCode
+
+log = logging.getLogger("tidelog.broker")
+
+#: The internal topic holding consumer-group offsets (Kafka's name).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
+def metadata_response(image: MetadataImage, topics: list[str], *, cluster_id: str,
+                      controller_id: int) -> pb.MetadataResponse:
+    """The Metadata answer from an image: unfenced brokers, and the asked (or all) topics."""
+    brokers = image.cluster.brokers
+    response = pb.MetadataResponse(cluster_id=cluster_id, controller_id=controller_id,
+                                   metadata_offset=image.offset)
+    for b in sorted(brokers.values(), key=lambda b: b.broker_id):
+        if not b.fenced:
+            response.brokers.add(broker_id=b.broker_id, rack=b.rack,
+                                 endpoint=common_pb2.Endpoint(host=b.host, port=b.port))
+    names = topics or sorted(image.topics.by_name)
+    for name in names:
+        topic = image.topics.by_name.get(name)
+        if topic is None:
+            response.topics.add(name=name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                error_message=f"topic {name!r} does not exist")
+            continue
+        t = response.topics.add(name=name, topic_id=topic.topic_id,
+                                is_internal=name in INTERNAL_TOPICS)
+        for pid in sorted(topic.partitions):
+            p = topic.partitions[pid]
+            offline = [r for r in p.replicas if r not in brokers or brokers[r].fenced]
+            t.partitions.add(
+                partition_id=pid, leader=p.leader, leader_epoch=p.leader_epoch,
+                replicas=p.replicas, isr=p.isr, offline_replicas=offline,
+                error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE)
+    return response
+
+
+class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
+    def __init__(self, runtime: BrokerRuntime) -> None:
+        self.rt = runtime
+
+    # --- metadata and cluster ------------------------------------------------------------------
+    async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
+        return metadata_response(self.rt.listener.image, list(request.topics),
+                                 cluster_id=self.rt.cluster_id,
+                                 controller_id=self.rt.client.active_id or -1)
+
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest,
+                              context: Any) -> pb.DescribeClusterResponse:
+        image = self.rt.listener.image
+        response = pb.DescribeClusterResponse(
+            cluster_id=self.rt.cluster_id, controller_id=self.rt.client.active_id or -1,
+            metadata_offset=image.offset)
+        for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id):
+            response.brokers.add(broker_id=b.broker_id, rack=b.rack, fenced=b.fenced,
+                                 endpoint=common_pb2.Endpoint(host=b.host, port=b.port))
+        return response
+
+    # --- admin: forwarded to the active controller ---------------------------------------------
+    async def _forward(self, method: str, request: Any) -> Any:
+        return await self.rt.client.forward(method, request)
+
+    async def CreateTopics(self, request: cpb.CreateTopicsRequest, context: Any) -> Any:
+        return await self._forward("CreateTopics", request)
+
+    async def DeleteTopics(self, request: cpb.DeleteTopicsRequest, context: Any) -> Any:
+        return await self._forward("DeleteTopics", request)
+
+    async def CreatePartitions(self, request: cpb.CreatePartitionsRequest, context: Any) -> Any:
+        return await self._forward("CreatePartitions", request)
+
+    async def AlterConfigs(self, request: cpb.AlterConfigsRequest, context: Any) -> Any:
+        return await self._forward("AlterConfigs", request)
+
+    async def DescribeConfigs(self, request: cpb.DescribeConfigsRequest, context: Any) -> Any:
+        return await self._forward("DescribeConfigs", request)
+
+    async def DescribeQuorum(self, request: cpb.DescribeQuorumRequest, context: Any) -> Any:
+        return await self._forward("DescribeQuorum", request)
+
+    # --- data plane ------------------------------------------------------------------------------
+    async def _data(self, name: str, request: Any, context: Any) -> Any:
+        plane = self.rt.data_plane
+        if plane is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                f"{name} is not served by this broker build")
+        return await getattr(plane, f"handle_{name}")(request)
+
+    async def Produce(self, request: pb.ProduceRequest, context: Any) -> Any:
+        return await self._data("produce", request, context)
+
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
+        return await self._data("fetch", request, context)
+
+    async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> Any:
+        return await self._data("list_offsets", request, context)
+
+    async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> Any:
+        return await self._data("init_producer_id", request, context)
+
+    async def DescribeLogs(self, request: pb.DescribeLogsRequest, context: Any) -> Any:
+        return await self._data("describe_logs", request, context)
+
+
+class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
+    def __init__(self, runtime: BrokerRuntime) -> None:
+        self.rt = runtime
+
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
+        plane = self.rt.data_plane
+        if plane is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "replication is not served here")
+        return await plane.handle_replica_fetch(request)
+
+
+def add_to_server(server: grpc.aio.Server, runtime: BrokerRuntime) -> None:
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerService(runtime), server)
+    broker_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaService(runtime), server)
