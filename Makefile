@@ -6,10 +6,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 PROTOS := $(wildcard proto/tidelog/v1/*.proto)
-# Pure packages get strict typing (no I/O, no clocks: the code the simulations drive).
+# Strictly typed: the pure packages (no I/O, no clocks: what the simulations drive) and the
+# broker control plane.
 MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py \
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
-	controller/managers controller/placement.py controller/raft.py broker/storage
+	controller/managers controller/placement.py controller/raft.py broker/storage \
+	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py
 
 .PHONY: run stop test lint typecheck proto proto-check unit integration bench bench-storage bench-controller clean venv
 
