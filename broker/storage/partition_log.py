@@ -411,11 +411,17 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> int:
         """Remove every batch at or after ``offset`` (a follower after divergence); returns the
         new LEO. A batch that holds ``offset`` goes whole, as Kafka truncates to the batch
-        boundary: the LEO may end below ``offset``. The HW is lowered to the LEO if above it."""
+        boundary: the LEO may end below ``offset``. The HW is lowered to the LEO if above it.
+
+        At or past the LEO no batch goes, but an epoch entry starting at the LEO (it holds no
+        data: ``maybe_assign_epoch_start_offset`` on a leader demoted before its first append)
+        is dropped, as Kafka's truncateTo does: otherwise the next leader's batches of an older
+        epoch could never be appended (FencedLeaderEpochError forever)."""
         if offset < 0:
             raise OffsetOutOfRangeError(f"{self.topic_partition}: cannot truncate to {offset}")
         self._check_usable()
         if offset >= self._log_end_offset:
+            self._drop_empty_epochs()
             return self._log_end_offset
         start = self._log_start_offset
         if offset <= start:
@@ -435,6 +441,17 @@ class PartitionLog:
             return start
         self._truncate_at(cut)
         return cut
+
+    def _drop_empty_epochs(self) -> None:
+        """Remove epoch entries starting at the LEO (only the last one can), in one write."""
+        if self._epochs.latest_start_offset() < self._log_end_offset:
+            return
+        epochs = LeaderEpochCache(self._epochs.entries)
+        epochs.truncate_from_end(self._log_end_offset)
+        wb = self._store.new_batch()
+        wb.put(_STATE, self._keys.epochs, epochs.encode())
+        self._store.write(wb)
+        self._epochs = epochs
 
     def _truncate_at(self, cut: int) -> None:
         keys = self._keys

@@ -124,6 +124,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
         new_leo = self.log.truncate_to(offset)
         if offset >= m.log_end_offset:
             assert new_leo == m.log_end_offset
+            # An epoch entry at the LEO holds no data: Kafka's truncateTo drops it.
+            m.epochs = [e for e in m.epochs if e[1] < m.log_end_offset]
         elif offset <= m.log_start_offset:
             m.start_at(offset)
         else:
