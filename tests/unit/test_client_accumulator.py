@@ -1,0 +1,298 @@
+"""The producer's accumulator and idempotence bookkeeping, as plain data structures.
+
+No broker, no clock: every call takes ``now_ms``. Checks batching per partition up to
+``batch_size``, readiness (full, lingered, flush/close/memory waiters, retry backoff, busy
+leaders, unknown leaders), draining one batch per partition per ready leader within the request
+size, re-enqueueing in sequence order, expiry after ``delivery_timeout_ms``, buffer accounting for
+back-pressure, KIP-480's abort-on-new-batch, and the idempotence rules: sequences stamped on
+first drain, at most max_in_flight per partition, a retried batch only when first and alone,
+rollback of an unbuilt batch, and the reset of sequences with a new producer epoch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.client._accumulator import (
+    BATCH_OVERHEAD_BYTES,
+    ProducerBatch,
+    RecordAccumulator,
+    estimate_record_bytes,
+)
+from tidelog.client._idempotence import IdempotenceState
+from tidelog.client.records import TopicPartition
+from tidelog.record_batch import NewRecord
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+TP2 = TopicPartition("t", 2)
+LEADERS = {TP0: 1, TP1: 2, TP2: 1}
+
+
+def leader_of(tp: TopicPartition) -> int | None:
+    return LEADERS.get(tp)
+
+
+def rec(size: int = 10) -> NewRecord:
+    return NewRecord(key=None, value=b"x" * size, timestamp_ms=0)
+
+
+def make(**kw: int) -> RecordAccumulator[int]:
+    args = dict(batch_size=200, linger_ms=10, buffer_memory=10_000, retry_backoff_ms=100,
+                delivery_timeout_ms=1_000)
+    args.update(kw)
+    return RecordAccumulator(**args)
+
+
+def drain_all(acc: RecordAccumulator[int], now: int) -> dict[int, list[ProducerBatch[int]]]:
+    return acc.drain({1, 2}, leader_of, now_ms=now, max_request_bytes=10**9,
+                     can_send=lambda b: True)
+
+
+def test_records_share_a_batch_until_batch_size() -> None:
+    acc = make()
+    size = estimate_record_bytes(rec())
+    per_batch = (200 - BATCH_OVERHEAD_BYTES) // size
+    results = [acc.append(TP0, rec(), i, now_ms=0) for i in range(per_batch + 1)]
+    assert results[0].new_batch and not results[1].new_batch
+    assert results[per_batch].new_batch and results[per_batch].batch_full
+    batches = acc.queued(TP0)
+    assert [b.record_count for b in batches] == [per_batch, 1]
+    assert batches[0].handles == list(range(per_batch))
+    assert acc.buffer_used_bytes == size * (per_batch + 1)
+
+
+def test_a_record_larger_than_batch_size_gets_its_own_batch() -> None:
+    acc = make(batch_size=50)
+    acc.append(TP0, rec(5), 0, now_ms=0)
+    result = acc.append(TP0, rec(500), 1, now_ms=0)
+    assert result.new_batch and result.batch_full
+    assert [b.record_count for b in acc.queued(TP0)] == [1, 1]
+
+
+def test_ready_after_linger_and_not_before() -> None:
+    acc = make(linger_ms=10)
+    acc.append(TP0, rec(), 0, now_ms=100)
+    early = acc.ready(105, leader_of)
+    assert early.ready_nodes == frozenset() and early.next_check_delay_ms == 5
+    assert acc.ready(110, leader_of).ready_nodes == {1}
+
+
+def test_full_batches_flush_close_and_memory_waiters_make_ready_at_once() -> None:
+    acc = make(linger_ms=1_000)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    assert not acc.ready(0, leader_of).ready_nodes
+    acc.begin_flush()
+    assert acc.ready(0, leader_of).ready_nodes == {1}
+    acc.end_flush()
+    acc.set_memory_waiters(1)
+    assert acc.ready(0, leader_of).ready_nodes == {1}
+    acc.set_memory_waiters(0)
+    acc.close()
+    assert acc.ready(0, leader_of).ready_nodes == {1}
+    with pytest.raises(RuntimeError):
+        acc.append(TP0, rec(), 1, now_ms=0)
+
+
+def test_unknown_leaders_are_reported_and_busy_leaders_skipped() -> None:
+    acc = make(linger_ms=0)
+    acc.append(TopicPartition("other", 0), rec(), 0, now_ms=0)
+    acc.append(TP1, rec(), 1, now_ms=0)
+    check = acc.ready(0, leader_of, busy_nodes={2})
+    assert check.unknown_leader_topics == {"other"}
+    assert check.ready_nodes == frozenset()
+    assert check.next_check_delay_ms is None  # a busy leader is woken by its response
+
+
+def test_drain_takes_one_batch_per_partition_grouped_by_leader() -> None:
+    acc = make(batch_size=100, linger_ms=0)
+    for i in range(6):
+        acc.append(TP0, rec(30), i, now_ms=0)
+    acc.append(TP1, rec(), 10, now_ms=0)
+    acc.append(TP2, rec(), 20, now_ms=0)
+    drained = drain_all(acc, 0)
+    assert sorted(b.tp for b in drained[1]) == [TP0, TP2]
+    assert [b.tp for b in drained[2]] == [TP1]
+    assert all(b.closed and b.attempts == 1 for bs in drained.values() for b in bs)
+    assert len(acc.queued(TP0)) >= 1  # the rest of TP0 waits for the next drain
+
+
+def test_drain_respects_the_request_size_but_always_sends_one() -> None:
+    acc = make(batch_size=10_000, linger_ms=0)
+    acc.append(TP0, rec(3_000), 0, now_ms=0)
+    acc.append(TP2, rec(3_000), 1, now_ms=0)
+    drained = acc.drain({1}, leader_of, now_ms=0, max_request_bytes=1_000,
+                        can_send=lambda b: True)
+    assert len(drained[1]) == 1
+
+
+def test_drain_skips_what_can_send_refuses_and_backing_off_retries() -> None:
+    acc = make(linger_ms=0, retry_backoff_ms=100)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    assert drain_all(acc, 0).get(1)
+    acc.append(TP2, rec(), 1, now_ms=0)
+    assert acc.drain({1}, leader_of, now_ms=0, max_request_bytes=10**9,
+                     can_send=lambda b: False) == {}
+    [batch] = drain_all(acc, 0)[1]
+    acc.reenqueue(batch, now_ms=10)
+    assert drain_all(acc, 50) == {}
+    check = acc.ready(50, leader_of)
+    assert check.ready_nodes == frozenset() and check.next_check_delay_ms == 60
+    assert drain_all(acc, 110)[1] == [batch]
+    assert batch.attempts == 2
+
+
+def test_reenqueue_keeps_sequence_order_ahead_of_new_batches() -> None:
+    acc = make(linger_ms=0)
+    batches = []
+    for seq in (0, 10, 20):
+        b: ProducerBatch[int] = ProducerBatch(tp=TP0, created_ms=0, records=[rec()] * 10)
+        b.stamp(producer_id=1, producer_epoch=0, base_sequence=seq)
+        batches.append(b)
+    acc.append(TP0, rec(), 99, now_ms=0)  # a new, unsequenced batch
+    for b in (batches[2], batches[0], batches[1]):
+        acc.reenqueue(b, now_ms=0)
+    queued = acc.queued(TP0)
+    assert [b.base_sequence for b in queued[:3]] == [0, 10, 20]
+    assert not queued[3].has_sequence
+    # The new record does not join a retried batch.
+    assert acc.append(TP0, rec(), 100, now_ms=0).new_batch is False
+
+
+def test_expire_removes_old_batches_only() -> None:
+    acc = make(delivery_timeout_ms=1_000)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP1, rec(), 1, now_ms=500)
+    expired = acc.expire(1_000)
+    assert [b.tp for b in expired] == [TP0]
+    assert acc.queued(TP0) == [] and len(acc.queued(TP1)) == 1
+
+
+def test_buffer_memory_bounds_appends_and_deallocate_returns_it() -> None:
+    acc = make(buffer_memory=100, linger_ms=0)
+    size = estimate_record_bytes(rec(30))
+    assert acc.has_room(size)
+    acc.append(TP0, rec(30), 0, now_ms=0)
+    acc.append(TP0, rec(30), 1, now_ms=0)
+    assert not acc.has_room(size)
+    [batch] = drain_all(acc, 0)[1]
+    assert not acc.has_room(size)  # in flight still holds its memory
+    acc.deallocate(batch)
+    assert acc.buffer_used_bytes == 0 and acc.has_room(size)
+
+
+def test_abort_on_new_batch_lets_the_sticky_partitioner_move() -> None:
+    acc = make(batch_size=300)
+    assert acc.append(TP0, rec(), 0, now_ms=0, abort_on_new_batch=True).aborted_for_new_batch
+    acc.append(TP0, rec(), 0, now_ms=0)
+    assert acc.append(TP0, rec(), 1, now_ms=0, abort_on_new_batch=True).appended
+    for i in range(10):
+        result = acc.append(TP0, rec(), i, now_ms=0, abort_on_new_batch=True)
+        if not result.appended:
+            assert result.aborted_for_new_batch
+            break
+    else:
+        pytest.fail("the batch never filled")
+
+
+def test_abort_all_and_remove() -> None:
+    acc = make()
+    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP1, rec(), 1, now_ms=0)
+    [b0] = acc.queued(TP0)
+    assert acc.remove(b0) and not acc.remove(b0)
+    assert [b.tp for b in acc.abort_all()] == [TP1]
+    assert not acc.has_undrained()
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError):
+        make(batch_size=0)
+    with pytest.raises(ValueError):
+        make(linger_ms=-1)
+
+
+# ---------------------------------------------------------------------------- idempotence
+def batch(tp: TopicPartition = TP0, n: int = 5) -> ProducerBatch[int]:
+    return ProducerBatch(tp=tp, created_ms=0, records=[rec()] * n)
+
+
+def test_sequences_are_stamped_on_first_drain_per_partition() -> None:
+    idem = IdempotenceState(enabled=True, max_in_flight=5)
+    assert idem.needs_producer_id
+    b = batch()
+    assert not idem.can_send(b)  # no producer id yet
+    idem.set_producer_id(7, 0)
+    b1, b2, c = batch(), batch(), batch(TP1, 3)
+    for x in (b1, b2, c):
+        assert idem.can_send(x)
+        idem.on_drain(x)
+    assert (b1.base_sequence, b2.base_sequence, c.base_sequence) == (0, 5, 0)
+    assert (b1.producer_id, b1.producer_epoch) == (7, 0)
+    assert idem.in_flight(TP0) == 2
+
+
+def test_in_flight_is_bounded_per_partition() -> None:
+    idem = IdempotenceState(enabled=True, max_in_flight=2)
+    idem.set_producer_id(1, 0)
+    sent = [batch(), batch()]
+    for b in sent:
+        idem.on_drain(b)
+    assert not idem.can_send(batch())
+    idem.on_response(sent[0])
+    idem.on_acked(sent[0])
+    assert idem.can_send(batch())
+    with pytest.raises(ValueError):
+        IdempotenceState(enabled=True, max_in_flight=6)
+
+
+def test_a_retry_goes_only_when_it_is_first_and_alone() -> None:
+    idem = IdempotenceState(enabled=True, max_in_flight=5)
+    idem.set_producer_id(1, 0)
+    first, second = batch(), batch()
+    idem.on_drain(first)
+    idem.on_drain(second)
+    idem.on_response(first)  # failed, will be retried
+    assert not idem.can_send(first)  # ``second`` is still in flight
+    idem.on_response(second)
+    assert idem.is_first_unacked(first) and not idem.is_first_unacked(second)
+    assert idem.can_send(first) and not idem.can_send(second)
+    idem.on_drain(first)
+    idem.on_response(first)
+    idem.on_acked(first)
+    assert idem.can_send(second)
+
+
+def test_rollback_returns_the_sequence_of_an_unbuilt_batch() -> None:
+    idem = IdempotenceState(enabled=True, max_in_flight=5)
+    idem.set_producer_id(1, 0)
+    bad = batch()
+    idem.on_drain(bad)
+    idem.on_response(bad)
+    idem.rollback(bad)
+    assert not bad.has_sequence
+    good = batch()
+    idem.on_drain(good)
+    assert good.base_sequence == 0
+
+
+def test_epoch_bump_resets_every_sequence() -> None:
+    idem = IdempotenceState(enabled=True, max_in_flight=5)
+    idem.set_producer_id(1, 0)
+    b = batch()
+    idem.on_drain(b)
+    idem.on_response(b)
+    idem.request_epoch_bump()
+    assert idem.needs_producer_id and not idem.can_send(batch())
+    idem.set_producer_id(1, 1)
+    fresh = batch()
+    idem.on_drain(fresh)
+    assert (fresh.base_sequence, fresh.producer_epoch) == (0, 1)
+
+
+def test_without_idempotence_nothing_is_stamped() -> None:
+    idem = IdempotenceState(enabled=False, max_in_flight=10)
+    b = batch()
+    assert not idem.needs_producer_id and idem.can_send(b)
+    idem.on_drain(b)
+    assert not b.has_sequence

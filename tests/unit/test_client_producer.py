@@ -1,0 +1,325 @@
+"""The Producer against fake brokers (tests/unit/fake_broker.py): delivery, partitioning,
+retries, idempotence, back-pressure, timeouts and bad input.
+
+Each test sends through the real client code (accumulator, sender, metadata, gRPC) to in-process
+fake brokers that keep a shared in-memory log and can be told to fail: inject an error code for
+the next N produce requests (optionally after appending, so the client cannot know), move a
+partition's leader, stop and restart a broker. Checks are on outcomes, never on timing: the
+offsets the futures report, what the fake log holds (every acknowledged record exactly once, in
+order), which errors come back typed with their code. Waits are on futures and events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+
+import pytest
+from fake_broker import FakeCluster, run_in_thread
+
+from tidelog.client import Producer, RecordMetadata
+from tidelog.client._partitioner import partition_for_key
+from tidelog.compression import codec_from_name
+from tidelog.errors import (
+    ErrorCode,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    NetworkError,
+    NotEnoughReplicasError,
+    RequestTimedOutError,
+    TidelogError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.record_batch import parse_batch
+
+WAIT_S = 15  # upper bound on any wait; tests finish far sooner
+FAST = dict(request_timeout_ms=2_000, delivery_timeout_ms=10_000, retry_backoff_ms=10,
+            retry_backoff_max_ms=50, max_block_ms=5_000)
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[FakeCluster]:
+    with FakeCluster(3) as fc:
+        yield fc
+
+
+@pytest.fixture
+def topic(cluster: FakeCluster) -> str:
+    name = f"p{next(_names)}"
+    cluster.create_topic(name, 1)
+    return name
+
+
+def values(cluster: FakeCluster, topic: str, partition: int = 0) -> list[bytes | None]:
+    return [r.value for r in cluster.records(topic, partition)]
+
+
+def test_offsets_come_back_in_order_and_match_the_log(cluster: FakeCluster, topic: str) -> None:
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        futures = [producer.send(topic, b"v%d" % i) for i in range(50)]
+        metas = [f.result(WAIT_S) for f in futures]
+    assert [m.offset for m in metas] == list(range(50))
+    assert all(m.topic == topic and m.partition == 0 and m.timestamp_ms > 0 for m in metas)
+    assert metas[0].timestamp == metas[0].timestamp_ms
+    assert values(cluster, topic) == [b"v%d" % i for i in range(50)]
+
+
+def test_keys_land_where_kafka_would_put_them(cluster: FakeCluster) -> None:
+    cluster.create_topic("keyed", 7)
+    keys = [b"user-%d" % i for i in range(40)]
+    with Producer(cluster.bootstrap, linger_ms=0, **FAST) as producer:
+        metas = [producer.send("keyed", b"v", key=k).result(WAIT_S) for k in keys]
+    for key, meta in zip(keys, metas, strict=True):
+        assert meta.partition == partition_for_key(key, 7)
+    assert {r.key for r in cluster.records("keyed", partition_for_key(keys[0], 7))} >= {keys[0]}
+
+
+def test_keyless_records_stick_to_a_partition_per_batch(cluster: FakeCluster) -> None:
+    cluster.create_topic("sticky", 4)
+    with Producer(cluster.bootstrap, batch_size=1_000, linger_ms=5_000, **FAST) as producer:
+        futures = [producer.send("sticky", b"x" * 100) for _ in range(60)]
+        producer.flush(WAIT_S * 1000)
+    partitions = [f.result(0).partition for f in futures]
+    runs = [len(list(g)) for _, g in itertools.groupby(partitions)]
+    assert len(runs) > 1, "a new batch moves keyless records to another partition"
+    assert min(runs[:-1]) >= 2, "records stay on one partition until its batch is full"
+
+
+def test_explicit_partition_and_user_partitioner(cluster: FakeCluster) -> None:
+    cluster.create_topic("chosen", 3)
+    seen: list[tuple[bytes | None, list[int], list[int]]] = []
+
+    def by_length(key: bytes | None, partitions: list[int], available: list[int]) -> int:
+        seen.append((key, list(partitions), list(available)))
+        return len(key or b"") % len(partitions)
+
+    with Producer(cluster.bootstrap, partitioner=by_length, **FAST) as producer:
+        assert producer.send("chosen", b"v", key=b"ab").result(WAIT_S).partition == 2
+        assert producer.send("chosen", b"v", key=b"ab", partition=0).result(WAIT_S).partition == 0
+        assert producer.partitions_for("chosen") == [0, 1, 2]
+    assert seen == [(b"ab", [0, 1, 2], [0, 1, 2])]
+    with (Producer(cluster.bootstrap, partitioner=lambda k, p, a: 99, **FAST) as producer,
+          pytest.raises(ValueError)):
+        producer.send("chosen", b"v")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd", "none"])
+def test_compression(cluster: FakeCluster, codec: str) -> None:
+    name = f"comp-{codec}"
+    cluster.create_topic(name, 1)
+    payload = [(b"k%d" % i, b"value %d " % i * 20) for i in range(30)]
+    with Producer(cluster.bootstrap, compression_type=codec, linger_ms=50, **FAST) as producer:
+        for key, value in payload:
+            producer.send(name, value, key=key, headers=[("h", b"1"), ("n", None)])
+        producer.flush(WAIT_S * 1000)
+    records = cluster.records(name, 0)
+    assert [(r.key, r.value) for r in records] == payload
+    assert records[0].headers == (("h", b"1"), ("n", None))
+    sent = [parse_batch(pd.batch) for req in cluster.produce_requests for td in req.topics
+            if td.name == name for pd in td.partitions]
+    assert {b.compression for b in sent} == {codec_from_name(codec)}
+
+
+def test_callbacks_run_before_flush_returns(cluster: FakeCluster, topic: str) -> None:
+    outcomes: list[tuple[RecordMetadata | None, TidelogError | None]] = []
+    with Producer(cluster.bootstrap, linger_ms=5_000, **FAST) as producer:
+        for i in range(10):
+            producer.send(topic, b"%d" % i, on_delivery=lambda m, e: outcomes.append((m, e)))
+        producer.flush(WAIT_S * 1000)
+        assert [m.offset for m, e in outcomes if m is not None and e is None] == list(range(10))
+
+
+def test_a_raising_callback_does_not_stop_the_producer(cluster: FakeCluster, topic: str) -> None:
+    def boom(meta: RecordMetadata | None, error: TidelogError | None) -> None:
+        raise RuntimeError("user bug")
+
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        assert producer.send(topic, b"a", on_delivery=boom).result(WAIT_S).offset == 0
+        assert producer.send(topic, b"b").result(WAIT_S).offset == 1
+
+
+def test_idempotent_batches_carry_producer_id_epoch_and_sequences(cluster: FakeCluster,
+                                                                 topic: str) -> None:
+    with Producer(cluster.bootstrap, linger_ms=0, batch_size=200, **FAST) as producer:
+        for i in range(20):
+            producer.send(topic, b"%02d" % i)
+        producer.flush(WAIT_S * 1000)
+    batches = [parse_batch(pd.batch) for req in cluster.produce_requests for td in req.topics
+               if td.name == topic for pd in td.partitions]
+    assert len({(b.producer_id, b.producer_epoch) for b in batches}) == 1
+    assert batches[0].producer_id >= 0
+    expected = 0
+    for b in batches:
+        assert b.base_sequence == expected
+        expected += b.record_count
+    assert expected == 20
+
+
+def test_retriable_errors_are_retried_and_nothing_is_duplicated(cluster: FakeCluster,
+                                                                topic: str) -> None:
+    cluster.inject("Produce", ErrorCode.NOT_ENOUGH_REPLICAS, topic=topic, times=2)
+    # Written, but the answer is lost: the retry must be recognised as a duplicate.
+    cluster.inject("Produce", ErrorCode.REQUEST_TIMED_OUT, topic=topic, after_append=True)
+    with Producer(cluster.bootstrap, linger_ms=20, **FAST) as producer:
+        futures = [producer.send(topic, b"%d" % i) for i in range(10)]
+        offsets = [f.result(WAIT_S).offset for f in futures]
+    assert offsets == list(range(10))
+    assert values(cluster, topic) == [b"%d" % i for i in range(10)]
+
+
+def test_leader_move_mid_produce_loses_and_duplicates_nothing(cluster: FakeCluster) -> None:
+    cluster.create_topic("moving", 1)
+    with Producer(cluster.bootstrap, linger_ms=0, max_in_flight=5, **FAST) as producer:
+        first = [producer.send("moving", b"a%d" % i) for i in range(30)]
+        cluster.move_leader("moving", 0, 2)
+        second = [producer.send("moving", b"b%d" % i) for i in range(30)]
+        cluster.move_leader("moving", 0, 3)
+        third = [producer.send("moving", b"c%d" % i) for i in range(30)]
+        metas = [f.result(WAIT_S) for f in first + second + third]
+    acked = [m.offset for m in metas]
+    assert sorted(acked) == list(range(90)), "every record acknowledged exactly once"
+    log = values(cluster, "moving")
+    assert len(log) == 90 and len(set(log)) == 90, "no duplicates in the log"
+    for prefix in (b"a", b"b", b"c"):  # order within each phase kept
+        phase = [v for v in log if v is not None and v.startswith(prefix)]
+        assert phase == [prefix + b"%d" % i for i in range(30)]
+
+
+def test_a_non_retriable_error_fails_only_its_batch(cluster: FakeCluster, topic: str) -> None:
+    cluster.inject("Produce", ErrorCode.INVALID_RECORD, topic=topic)
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        failed = producer.send(topic, b"bad")
+        with pytest.raises(InvalidRecordError) as info:
+            failed.result(WAIT_S)
+        assert info.value.code == ErrorCode.INVALID_RECORD and not info.value.retriable
+        # The sequence gap is repaired with a new epoch; later sends go through.
+        assert producer.send(topic, b"good").result(WAIT_S).offset == 0
+    assert values(cluster, topic) == [b"good"]
+
+
+def test_retries_run_out(cluster: FakeCluster, topic: str) -> None:
+    cluster.inject("Produce", ErrorCode.NOT_ENOUGH_REPLICAS, topic=topic, times=100)
+    with (Producer(cluster.bootstrap, retries=2, **FAST) as producer,
+          pytest.raises(NotEnoughReplicasError) as info):
+        producer.send(topic, b"v").result(WAIT_S)
+    assert info.value.retriable
+    assert values(cluster, topic) == []
+
+
+def test_delivery_timeout_fails_with_a_timeout(cluster: FakeCluster, topic: str) -> None:
+    cluster.inject("Produce", ErrorCode.NOT_ENOUGH_REPLICAS, topic=topic, times=10_000)
+    settings = dict(FAST, request_timeout_ms=100, delivery_timeout_ms=300)
+    with (Producer(cluster.bootstrap, linger_ms=0, **settings) as producer,
+          pytest.raises(RequestTimedOutError, match="delivery_timeout_ms")):
+        producer.send(topic, b"v").result(WAIT_S)
+    assert values(cluster, topic) == []
+    for fault in cluster.faults:
+        fault.times = 0
+
+
+def test_a_fenced_producer_fails_for_good(cluster: FakeCluster, topic: str) -> None:
+    cluster.inject("Produce", ErrorCode.INVALID_PRODUCER_EPOCH, topic=topic)
+    producer = Producer(cluster.bootstrap, **FAST)
+    with pytest.raises(InvalidProducerEpochError):
+        producer.send(topic, b"v").result(WAIT_S)
+    with pytest.raises(InvalidProducerEpochError):
+        producer.send(topic, b"again")
+    producer.close()
+
+
+@pytest.mark.parametrize(("acks", "wire"), [(0, 0), (1, 1), ("all", -1)])
+def test_acks(cluster: FakeCluster, acks: int | str, wire: int) -> None:
+    name = f"acks{wire}"
+    cluster.create_topic(name, 1)
+    with Producer(cluster.bootstrap, acks=acks, **FAST) as producer:  # type: ignore[arg-type]
+        meta = producer.send(name, b"v").result(WAIT_S)
+    assert meta.offset == (-1 if acks == 0 else 0)
+    requests = [r for r in cluster.produce_requests if r.topics[0].name == name]
+    assert {r.acks for r in requests} == {wire}
+    batch = parse_batch(requests[0].topics[0].partitions[0].batch)
+    assert (batch.producer_id >= 0) == (acks == "all")
+
+
+def test_unknown_topic_partition_and_unreachable_bootstrap(cluster: FakeCluster,
+                                                           topic: str) -> None:
+    with Producer(cluster.bootstrap, **dict(FAST, max_block_ms=200)) as producer:
+        with pytest.raises(UnknownTopicOrPartitionError, match="does not exist"):
+            producer.send("no-such-topic", b"v")
+        with pytest.raises(UnknownTopicOrPartitionError, match="partition 5"):
+            producer.send(topic, b"v", partition=5)
+    with (Producer("127.0.0.1:1", **dict(FAST, max_block_ms=200)) as producer,
+          pytest.raises(NetworkError, match=r"127\.0\.0\.1:1")):
+        producer.send("t", b"v")
+
+
+def test_a_created_topic_is_found_by_waiting(cluster: FakeCluster) -> None:
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        pending = run_in_thread(lambda: producer.send("late", b"v").result(WAIT_S))
+        cluster.create_topic("late", 1)
+        assert pending.result(WAIT_S).offset == 0
+
+
+# ---------------------------------------------------------------------- brokers going away
+@pytest.fixture
+def own_cluster() -> Iterator[FakeCluster]:
+    with FakeCluster(2) as fc:
+        fc.create_topic("t", 1)  # led by broker 1
+        yield fc
+
+
+def test_back_pressure_blocks_then_times_out_then_recovers(own_cluster: FakeCluster) -> None:
+    fc = own_cluster
+    settings = dict(FAST, max_block_ms=200, delivery_timeout_ms=60_000)
+    with Producer(fc.bootstrap, buffer_memory=2_000, linger_ms=0, **settings) as producer:
+        assert producer.send("t", b"warm-up").result(WAIT_S).offset == 0
+        fc.stop_broker(1)  # the leader is gone: records stay buffered
+        queued = []
+        with pytest.raises(RequestTimedOutError, match="buffer_memory"):
+            for _ in range(100):  # bounded: 100 x 200 B is ten times the buffer
+                queued.append(producer.send("t", b"x" * 200))
+        blocked = threading.Event()
+
+        def send_blocking() -> RecordMetadata:
+            blocked.set()
+            return producer.send("t", b"after").result(WAIT_S)
+
+        later = run_in_thread(send_blocking)
+        blocked.wait(WAIT_S)
+        fc.start_broker(1)
+        assert later.result(WAIT_S).offset == len(queued) + 1
+        assert [f.result(WAIT_S).offset for f in queued] == list(range(1, len(queued) + 1))
+    log = values(fc, "t")
+    assert len(log) == len(queued) + 2 and log[-1] == b"after"
+
+
+def test_leader_restart_mid_produce(own_cluster: FakeCluster) -> None:
+    fc = own_cluster
+    with Producer(fc.bootstrap, linger_ms=0, **FAST) as producer:
+        before = [producer.send("t", b"a%d" % i) for i in range(20)]
+        fc.stop_broker(1)
+        during = [producer.send("t", b"b%d" % i) for i in range(20)]
+        fc.start_broker(1)
+        after = [producer.send("t", b"c%d" % i) for i in range(20)]
+        offsets = [f.result(WAIT_S).offset for f in before + during + after]
+    assert sorted(offsets) == list(range(60))
+    log = values(fc, "t")
+    assert len(log) == 60 and len(set(log)) == 60
+
+
+def test_close_delivers_what_is_queued(own_cluster: FakeCluster) -> None:
+    producer = Producer(own_cluster.bootstrap, linger_ms=5_000, **FAST)
+    futures = [producer.send("t", b"%d" % i) for i in range(5)]
+    producer.close()
+    assert [f.result(0).offset for f in futures] == list(range(5))
+    producer.close()  # idempotent
+
+
+def test_close_with_a_timeout_fails_what_cannot_be_delivered(own_cluster: FakeCluster) -> None:
+    own_cluster.stop_broker(1)
+    producer = Producer(own_cluster.bootstrap, linger_ms=0, **FAST)
+    future = producer.send("t", b"stuck")
+    producer.close(timeout_ms=100)
+    with pytest.raises(NetworkError, match="closed"):
+        future.result(0)

@@ -1,0 +1,57 @@
+"""Tidelog's client library: Producer, Consumer and Admin, with their value types.
+
+Everything a user needs is exported here (and the most used names from ``tidelog`` itself); the
+underscore modules are private and may change. Errors are the typed classes of ``tidelog.errors``
+(one per error code, each with ``code`` and ``retriable``), plus the two consumer errors below,
+which subclass them and say where the problem is.
+"""
+
+from tidelog.client.admin import (
+    Admin,
+    AdminResult,
+    AlterConfigOp,
+    BrokerDescription,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    CreatedTopic,
+    NewTopic,
+    PartitionDescription,
+    QuorumDescription,
+    TopicDescription,
+    TopicListing,
+    VoterDescription,
+)
+from tidelog.client.consumer import Consumer, CorruptRecordError, NoOffsetForPartitionError
+from tidelog.client.producer import Producer
+from tidelog.client.records import (
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "Admin",
+    "AdminResult",
+    "AlterConfigOp",
+    "BrokerDescription",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "Consumer",
+    "ConsumerRecord",
+    "CorruptRecordError",
+    "CreatedTopic",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "PartitionDescription",
+    "Producer",
+    "QuorumDescription",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicListing",
+    "TopicPartition",
+    "VoterDescription",
+]

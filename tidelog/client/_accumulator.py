@@ -1,0 +1,387 @@
+"""The producer's record accumulator: per-partition queues of batches, as a plain data structure.
+
+``Producer.send()`` appends records here (under the producer's lock); the one sender task asks
+which leaders have a batch worth sending (``ready``), takes at most one batch per partition per
+request (``drain``), puts failed batches back in sequence order (``reenqueue``), and frees their
+memory when they are done (``deallocate``). It follows Kafka's ``RecordAccumulator``:
+
+* A partition's last batch stays open for appends until it reaches ``batch_size`` bytes or is
+  drained. A record larger than ``batch_size`` gets a batch of its own.
+* A partition is *ready* when its first batch is full, has waited ``linger_ms``, a flush or close
+  is in progress, or someone is blocked waiting for buffer memory; a retried batch waits
+  ``retry_backoff_ms`` after its last attempt instead.
+* ``buffer_memory`` bounds the bytes held by all unfinished batches. ``has_room`` tells the
+  producer whether an append fits; the producer blocks (up to ``max_block_ms``) when it does not.
+* Batches older than ``delivery_timeout_ms`` are handed back by ``expire`` to be failed.
+
+Pure: no clock (every method takes ``now_ms``), no I/O, no threads. Sizes are estimates of the
+encoded batch; the real size is checked when the sender builds it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Container, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from tidelog import limits
+from tidelog.client.records import TopicPartition
+from tidelog.record_batch import NewRecord
+
+__all__ = [
+    "AppendResult",
+    "ProducerBatch",
+    "ReadyCheck",
+    "RecordAccumulator",
+    "estimate_record_bytes",
+]
+
+H = TypeVar("H")
+
+#: Per-record framing in the encoded Records message (tags, varint lengths, the two deltas).
+RECORD_OVERHEAD_BYTES = 16
+#: Per-header framing (tags and lengths).
+HEADER_OVERHEAD_BYTES = 4
+#: The RecordBatch header fields around the payload.
+BATCH_OVERHEAD_BYTES = 72
+
+
+def estimate_record_bytes(record: NewRecord) -> int:
+    """An upper-bound estimate of what ``record`` adds to an uncompressed batch."""
+    size = RECORD_OVERHEAD_BYTES
+    size += len(record.key) if record.key is not None else 0
+    size += len(record.value) if record.value is not None else 0
+    for name, value in record.headers:
+        size += HEADER_OVERHEAD_BYTES + len(name.encode()) + (len(value) if value else 0)
+    return size
+
+
+@dataclass(eq=False)
+class ProducerBatch(Generic[H]):
+    """Records bound for one partition, sent (and retried) as one RecordBatch.
+
+    ``handles`` are whatever the producer needs to complete each record (its future); this module
+    never looks inside them. The producer id, epoch and base sequence are stamped when the batch is
+    first drained, and ``payload`` caches the built bytes so a retry sends exactly the same batch.
+    """
+
+    tp: TopicPartition
+    created_ms: int
+    records: list[NewRecord] = field(default_factory=list)
+    handles: list[H] = field(default_factory=list)
+    size_bytes: int = BATCH_OVERHEAD_BYTES
+    reserved_bytes: int = 0
+    attempts: int = 0
+    last_attempt_ms: int = -1
+    retry: bool = False
+    closed: bool = False
+    #: An attempt ended without an answer (timeout, lost connection): the batch may be written.
+    maybe_written: bool = False
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    payload: bytes | None = None
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.base_sequence >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        assert self.has_sequence
+        return self.base_sequence + self.record_count - 1
+
+    def stamp(self, *, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Give the batch its idempotence fields (once; a retry keeps them)."""
+        assert not self.has_sequence and base_sequence >= 0
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.payload = None
+
+    def unstamp(self) -> None:
+        """Forget the idempotence fields (after a producer epoch bump resets sequences)."""
+        self.producer_id = self.producer_epoch = self.base_sequence = -1
+        self.payload = None
+
+    def try_append(self, record: NewRecord, size: int, handle: H, *, batch_size: int) -> bool:
+        """Append unless the batch is closed or would pass ``batch_size`` (the first record of a
+        batch always fits, so a record larger than ``batch_size`` gets a batch of its own)."""
+        if self.closed or self.record_count >= limits.BATCH_RECORDS_MAX:
+            return False
+        if self.records and self.size_bytes + size > batch_size:
+            return False
+        self.records.append(record)
+        self.handles.append(handle)
+        self.size_bytes += size
+        self.reserved_bytes += size
+        return True
+
+    def is_full(self, batch_size: int) -> bool:
+        return self.closed or self.size_bytes >= batch_size
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append did: the producer wakes the sender when a batch is new or full."""
+
+    appended: bool
+    new_batch: bool = False
+    batch_full: bool = False
+    #: Not appended because it would have opened a new batch (the sticky partitioner then moves
+    #: the topic to another partition and appends there, as KIP-480 does).
+    aborted_for_new_batch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyCheck:
+    """The leaders worth a produce request now, and when to look again."""
+
+    ready_nodes: frozenset[int]
+    #: Milliseconds until some batch may become ready (None: nothing is waiting on time).
+    next_check_delay_ms: int | None
+    #: Topics with batches whose partition has no known leader (metadata must be refreshed).
+    unknown_leader_topics: frozenset[str]
+
+
+class RecordAccumulator(Generic[H]):
+    """Per-partition deques of batches, bounded by ``buffer_memory`` bytes."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        retry_backoff_ms: int,
+        delivery_timeout_ms: int,
+    ) -> None:
+        if batch_size <= 0 or buffer_memory <= 0:
+            raise ValueError("batch_size and buffer_memory must be positive")
+        if linger_ms < 0 or retry_backoff_ms < 0 or delivery_timeout_ms <= 0:
+            raise ValueError("linger_ms and retry_backoff_ms must be >= 0, delivery_timeout_ms > 0")
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.retry_backoff_ms = retry_backoff_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self._batches: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
+        self._buffer_used = 0
+        self._flushes_in_progress = 0
+        self._memory_waiters = 0
+        self._closed = False
+        self._drain_start = 0
+
+    # ------------------------------------------------------------------ memory
+    @property
+    def buffer_used_bytes(self) -> int:
+        return self._buffer_used
+
+    def has_room(self, size: int) -> bool:
+        return self._buffer_used + size <= self.buffer_memory
+
+    def set_memory_waiters(self, count: int) -> None:
+        """How many senders are blocked on memory; while any are, every batch is ready."""
+        assert count >= 0
+        self._memory_waiters = count
+
+    def deallocate(self, batch: ProducerBatch[H]) -> None:
+        """Give back a finished batch's memory (exactly once per batch)."""
+        assert batch.reserved_bytes <= self._buffer_used, (batch.reserved_bytes, self._buffer_used)
+        self._buffer_used -= batch.reserved_bytes
+        batch.reserved_bytes = 0
+
+    # ------------------------------------------------------------------ appends
+    def append(
+        self,
+        tp: TopicPartition,
+        record: NewRecord,
+        handle: H,
+        *,
+        now_ms: int,
+        abort_on_new_batch: bool = False,
+    ) -> AppendResult:
+        """Append to the partition's open batch, or open a new one. The caller checked
+        ``has_room(estimate_record_bytes(record))``; that is asserted here."""
+        if self._closed:
+            raise RuntimeError("the accumulator is closed")
+        size = estimate_record_bytes(record)
+        assert self.has_room(size), "append without room; call has_room() first"
+        dq = self._batches.setdefault(tp, deque())
+        if dq:
+            last = dq[-1]
+            if last.try_append(record, size, handle, batch_size=self.batch_size):
+                self._buffer_used += size
+                full = len(dq) > 1 or last.is_full(self.batch_size)
+                return AppendResult(appended=True, batch_full=full)
+        if abort_on_new_batch:
+            return AppendResult(appended=False, aborted_for_new_batch=True)
+        batch: ProducerBatch[H] = ProducerBatch(tp=tp, created_ms=now_ms)
+        appended = batch.try_append(record, size, handle, batch_size=self.batch_size)
+        assert appended
+        dq.append(batch)
+        self._buffer_used += size
+        full = len(dq) > 1 or batch.is_full(self.batch_size)
+        return AppendResult(appended=True, new_batch=True, batch_full=full)
+
+    # ------------------------------------------------------------------ sending
+    def ready(
+        self,
+        now_ms: int,
+        leader_of: Callable[[TopicPartition], int | None],
+        busy_nodes: Container[int] = (),
+    ) -> ReadyCheck:
+        """Leaders with a sendable batch. ``busy_nodes`` (at their in-flight limit) are skipped
+        without a time-based re-check: the sender looks again when a response frees them."""
+        ready: set[int] = set()
+        unknown: set[str] = set()
+        next_delay: int | None = None
+        hurry = self._closed or self._flushes_in_progress > 0 or self._memory_waiters > 0
+        for tp, dq in self._batches.items():
+            if not dq:
+                continue
+            leader = leader_of(tp)
+            if leader is None or leader < 0:
+                unknown.add(tp.topic)
+                continue
+            if leader in ready or leader in busy_nodes:
+                continue
+            first = dq[0]
+            backing_off = first.retry and now_ms - first.last_attempt_ms < self.retry_backoff_ms
+            if first.retry:
+                wait_ms = self.retry_backoff_ms
+                waited = now_ms - first.last_attempt_ms
+            else:
+                wait_ms = self.linger_ms
+                waited = now_ms - first.created_ms
+            full = len(dq) > 1 or first.is_full(self.batch_size)
+            if not backing_off and (full or hurry or waited >= wait_ms):
+                ready.add(leader)
+            else:
+                delay = max(wait_ms - waited, 0)
+                next_delay = delay if next_delay is None else min(next_delay, delay)
+        return ReadyCheck(frozenset(ready), next_delay, frozenset(unknown))
+
+    def drain(
+        self,
+        ready_nodes: Container[int],
+        leader_of: Callable[[TopicPartition], int | None],
+        *,
+        now_ms: int,
+        max_request_bytes: int,
+        can_send: Callable[[ProducerBatch[H]], bool],
+    ) -> dict[int, list[ProducerBatch[H]]]:
+        """Take at most one batch per partition for each ready leader, up to
+        ``max_request_bytes`` per request (the first batch always goes). The starting partition
+        rotates between calls so no partition starves. Drained batches are closed to appends."""
+        out: dict[int, list[ProducerBatch[H]]] = {}
+        sizes: dict[int, int] = {}
+        tps = list(self._batches)
+        if not tps:
+            return out
+        self._drain_start %= len(tps)
+        order = tps[self._drain_start :] + tps[: self._drain_start]
+        self._drain_start += 1
+        for tp in order:
+            dq = self._batches[tp]
+            if not dq:
+                continue
+            leader = leader_of(tp)
+            if leader is None or leader not in ready_nodes:
+                continue
+            first = dq[0]
+            if first.retry and now_ms - first.last_attempt_ms < self.retry_backoff_ms:
+                continue
+            if not can_send(first):
+                continue
+            used = sizes.get(leader, 0)
+            if used and used + first.size_bytes > max_request_bytes:
+                continue
+            dq.popleft()
+            first.closed = True
+            first.attempts += 1
+            first.last_attempt_ms = now_ms
+            out.setdefault(leader, []).append(first)
+            sizes[leader] = used + first.size_bytes
+        return out
+
+    def reenqueue(self, batch: ProducerBatch[H], *, now_ms: int) -> None:
+        """Put a batch back for a retry, ahead of the partition's newer batches; batches with
+        sequences stay in sequence order so the leader sees no gap."""
+        batch.retry = True
+        batch.closed = True
+        batch.last_attempt_ms = now_ms
+        dq = self._batches.setdefault(batch.tp, deque())
+        index = 0
+        if batch.has_sequence:
+            for index, other in enumerate(dq):  # noqa: B007 - the index is the result
+                if not other.has_sequence or other.base_sequence > batch.base_sequence:
+                    break
+            else:
+                index = len(dq)
+        dq.insert(index, batch)
+
+    def expire(self, now_ms: int) -> list[ProducerBatch[H]]:
+        """Remove and return queued batches older than ``delivery_timeout_ms`` (to be failed)."""
+        expired: list[ProducerBatch[H]] = []
+        for dq in self._batches.values():
+            if not dq:
+                continue
+            keep = [b for b in dq if now_ms - b.created_ms < self.delivery_timeout_ms]
+            if len(keep) != len(dq):
+                expired.extend(b for b in dq if now_ms - b.created_ms >= self.delivery_timeout_ms)
+                dq.clear()
+                dq.extend(keep)
+        for b in expired:
+            b.closed = True
+        return expired
+
+    # ------------------------------------------------------------------ flush and close
+    def begin_flush(self) -> None:
+        self._flushes_in_progress += 1
+
+    def end_flush(self) -> None:
+        assert self._flushes_in_progress > 0
+        self._flushes_in_progress -= 1
+
+    def close(self) -> None:
+        """No more appends; every queued batch is ready from now on."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def remove(self, batch: ProducerBatch[H]) -> bool:
+        """Take one queued batch out (to fail it); False when it is not queued."""
+        dq = self._batches.get(batch.tp)
+        if dq is None or batch not in dq:
+            return False
+        dq.remove(batch)
+        batch.closed = True
+        return True
+
+    def abort_all(self) -> list[ProducerBatch[H]]:
+        """Remove and return every queued batch (a forced close fails them)."""
+        out = [b for dq in self._batches.values() for b in dq]
+        for dq in self._batches.values():
+            dq.clear()
+        for b in out:
+            b.closed = True
+        return out
+
+    def has_undrained(self) -> bool:
+        return any(self._batches.values())
+
+    def queued(self, tp: TopicPartition) -> list[ProducerBatch[H]]:
+        """The partition's queued batches, oldest first (for tests and diagnostics)."""
+        return list(self._batches.get(tp, ()))
+
+    def __iter__(self) -> Iterator[ProducerBatch[H]]:
+        for dq in self._batches.values():
+            yield from dq
