@@ -18,8 +18,9 @@ through ``FakeCluster`` methods that run there (``_on_loop``). Knobs for failure
   (``after_append=True``: the write happened, the client does not know).
 * ``move_leader(topic, partition, broker_id)``: a new leader with a new leader epoch; the old one
   answers NOT_LEADER_OR_FOLLOWER with a hint.
-* ``set_delay(rpc, ms)``: slow responses; ``stop_broker``/``start_broker``: a broker goes away
-  (connection refused) and comes back on the same port.
+* ``set_delay(rpc, ms)`` / ``slow_next(rpc, ms, times=n)``: slow responses (always, or for the
+  next n calls); ``stop_broker``/``start_broker``: a broker goes away (connection refused) and
+  comes back on the same port.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class FakeCluster:
         self.topics: dict[str, FakeTopic] = {}
         self.faults: list[Fault] = []
         self.delays_ms: dict[str, int] = {}
+        self.slow: dict[str, list[int]] = {}
         self.calls: collections.Counter[tuple[int, str]] = collections.Counter()
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
         self.producer_epochs: dict[int, int] = {}
@@ -219,6 +221,10 @@ class FakeCluster:
     def set_delay(self, rpc: str, delay_ms: int) -> None:
         self._on_loop(lambda: self.delays_ms.__setitem__(rpc, delay_ms))
 
+    def slow_next(self, rpc: str, delay_ms: int, *, times: int = 1) -> None:
+        """Delay only the next ``times`` calls of ``rpc`` (a slow response, then normal)."""
+        self._on_loop(lambda: self.slow.setdefault(rpc, []).extend([delay_ms] * times))
+
     def records(self, topic: str, partition: int) -> list[ConsumerRecord]:
         """Every record of the partition's log, decoded."""
         def read() -> list[bytes]:
@@ -303,6 +309,9 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
     async def _enter(self, rpc: str) -> None:
         self.c.calls[(self.id, rpc)] += 1
         delay = self.c.delays_ms.get(rpc, 0)
+        slow = self.c.slow.get(rpc)
+        if slow:
+            delay = max(delay, slow.pop(0))
         if delay:
             await asyncio.sleep(delay / 1000)
 

@@ -31,6 +31,7 @@ from tidelog.errors import (
     InvalidTopicError,
     NetworkError,
     PolicyViolationError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -186,6 +187,16 @@ def test_not_controller_is_retried_and_other_request_errors_raised(admin: Admin,
     with pytest.raises(PolicyViolationError) as info:
         admin.delete_topics(["after-election"])
     assert info.value.code == ErrorCode.POLICY_VIOLATION and not info.value.retriable
+
+
+def test_a_timed_out_write_is_not_sent_again(admin: Admin, cluster: FakeCluster) -> None:
+    cluster.inject("CreateTopics", ErrorCode.REQUEST_TIMED_OUT)
+    before = cluster.count("CreateTopics")
+    with pytest.raises(RequestTimedOutError):
+        admin.create_topics([NewTopic("maybe-created")])
+    assert cluster.count("CreateTopics") == before + 1  # it may have been applied
+    cluster.inject("DescribeConfigs", ErrorCode.REQUEST_TIMED_OUT)  # a read is retried
+    assert admin.describe_configs([ConfigResource("broker", "")]).ok
 
 
 def test_bad_names_never_reach_the_cluster(admin: Admin, cluster: FakeCluster) -> None:

@@ -187,6 +187,31 @@ def test_leader_move_mid_produce_loses_and_duplicates_nothing(cluster: FakeClust
         assert phase == [prefix + b"%d" % i for i in range(30)]
 
 
+@pytest.mark.parametrize("code", [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                  ErrorCode.UNKNOWN_PRODUCER_ID])
+def test_a_lost_producer_state_is_repaired_with_a_new_epoch(cluster: FakeCluster, topic: str,
+                                                           code: int) -> None:
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        assert producer.send(topic, b"first").result(WAIT_S).offset == 0
+        ids_before = cluster.count("InitProducerId")
+        cluster.inject("Produce", code, topic=topic)
+        assert producer.send(topic, b"second").result(WAIT_S).offset == 1
+        assert cluster.count("InitProducerId") == ids_before + 1
+    batches = [parse_batch(pd.batch) for req in cluster.produce_requests for td in req.topics
+               if td.name == topic for pd in td.partitions]
+    assert (batches[-1].producer_epoch, batches[-1].base_sequence) == (1, 0)
+    assert values(cluster, topic) == [b"first", b"second"]
+
+
+def test_a_slow_response_is_retried_without_a_duplicate(cluster: FakeCluster,
+                                                        topic: str) -> None:
+    cluster.slow_next("Produce", 3_000)  # longer than the client waits (100 ms + 1 s slack)
+    with Producer(cluster.bootstrap, linger_ms=0, **dict(FAST, request_timeout_ms=100,
+                                                         delivery_timeout_ms=10_000)) as producer:
+        assert producer.send(topic, b"once").result(WAIT_S).offset == 0
+    assert values(cluster, topic) == [b"once"]
+
+
 def test_a_non_retriable_error_fails_only_its_batch(cluster: FakeCluster, topic: str) -> None:
     cluster.inject("Produce", ErrorCode.INVALID_RECORD, topic=topic)
     with Producer(cluster.bootstrap, **FAST) as producer:

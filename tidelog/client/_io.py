@@ -201,6 +201,9 @@ class Connections:
                     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),
                     ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),
                     ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+                    # Brokers are dialled directly, as Kafka clients do; an http_proxy set in
+                    # the environment for other tools must not capture them.
+                    ("grpc.enable_http_proxy", 0),
                 ],
             )
             self._channels[address] = channel

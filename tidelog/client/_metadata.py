@@ -361,9 +361,14 @@ class MetadataManager:
         ) if last.retriable else last
         raise self.last_error
 
-    async def call_any(self, method: str, request: Any, *, deadline_ms: int) -> Any:
+    async def call_any(self, method: str, request: Any, *, deadline_ms: int,
+                       idempotent: bool = True) -> Any:
         """Send ``request`` to any broker, moving on from ones that cannot be reached; retry with
-        backoff until ``deadline_ms`` (monotonic). Request-level error codes are the caller's."""
+        backoff until ``deadline_ms`` (monotonic). Request-level error codes are the caller's.
+        A request that is not ``idempotent`` (an admin write) is not sent again after a timeout,
+        since the first one may have been applied: RequestTimedOutError is raised instead."""
+        retried: tuple[type[TidelogError], ...] = (
+            (NetworkError, RequestTimedOutError) if idempotent else (NetworkError,))
         attempts = 0
         last: TidelogError | None = None
         while True:
@@ -376,7 +381,7 @@ class MetadataManager:
                         address, method, request,
                         timeout_ms=min(remaining, self._request_timeout_ms),
                     )
-                except (NetworkError, RequestTimedOutError) as e:
+                except retried as e:
                     last = e
                     self.request_update()
             attempts += 1

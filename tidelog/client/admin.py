@@ -588,7 +588,8 @@ class Admin:
         attempts = 0
         # Bounded by the deadline: every failed round sleeps a backoff step first.
         while True:
-            resp = await self._metadata.call_any(method, request, deadline_ms=deadline)
+            resp = await self._metadata.call_any(method, request, deadline_ms=deadline,
+                                                 idempotent=not write)
             code = getattr(resp, "error_code", ErrorCode.NONE)
             if code == ErrorCode.NONE:
                 return resp

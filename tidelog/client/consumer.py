@@ -481,7 +481,7 @@ class Consumer:
             if st.reset_to is not None:
                 wanted[tp] = st.reset_to
         if missing:
-            raise NoOffsetForPartitionError(
+            self._pending_error = self._pending_error or NoOffsetForPartitionError(
                 f"no position for {sorted(map(str, missing))} and auto_offset_reset is 'none': "
                 "seek() first", partitions=missing)
         if not wanted:
@@ -524,8 +524,9 @@ class Consumer:
             self._pending_error = self._pending_error or event.error
 
     def _check_unknown_topics(self) -> None:
-        """Raise for a partition the cluster has said does not exist for request_timeout_ms (a
-        topic created a moment ago may not have reached every broker yet, hence the grace)."""
+        """Report a partition the cluster has said does not exist for request_timeout_ms (raised
+        by the next poll; a topic created a moment ago may not have reached every broker yet,
+        hence the grace)."""
         snap = self._metadata.snapshot
         now = monotonic_ms()
         for tp, st in self._subs.partitions.items():
@@ -539,7 +540,7 @@ class Consumer:
                 self._metadata.request_update()
             elif now - st.unknown_since_ms >= self._request_timeout_ms:
                 st.unknown_since_ms = None
-                raise UnknownTopicOrPartitionError(
+                self._pending_error = self._pending_error or UnknownTopicOrPartitionError(
                     f"{tp} does not exist (the cluster has said so for "
                     f"{self._request_timeout_ms} ms)")
 
