@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import click
 from tidelog.local_cluster import LocalCluster
 
 DEFAULT_DIR = ".tidelog/cluster"
+#: An election takes well under a second; a quorum without a leader for longer is down.
+QUORUM_WAIT_S = 5.0
 SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL, "STOP": signal.SIGSTOP,
            "CONT": signal.SIGCONT}
 
@@ -134,12 +137,14 @@ def down(cluster_dir: str, purge: bool) -> None:
               help="a controller host:port (repeatable); default: the local cluster's")
 @_dir_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
-def quorum(controllers: tuple[str, ...], cluster_dir: str, fmt: str) -> None:
+@click.option("--wait", "wait_s", default=QUORUM_WAIT_S, show_default=True,
+              help="seconds to wait for an election in progress to finish")
+def quorum(controllers: tuple[str, ...], cluster_dir: str, fmt: str, wait_s: float) -> None:
     """The controller quorum's Raft status: leader, epoch, and each voter's progress."""
     from tidelog.v1 import controller_pb2
 
     addresses = list(controllers) or _load(cluster_dir).controller_addresses
-    response = _describe_quorum(addresses)
+    response = _describe_quorum(addresses, wait_s=wait_s)
     rows = [{"node": v.node_id, "leader": v.is_leader, "connected": v.connected,
              "commit_index": v.commit_index, "applied_index": v.applied_index, "lag": v.lag,
              "raft": v.raft_address} for v in response.voters]
@@ -157,7 +162,21 @@ def quorum(controllers: tuple[str, ...], cluster_dir: str, fmt: str) -> None:
     _table(rows)
 
 
-def _describe_quorum(addresses: list[str]) -> Any:
+def _describe_quorum(addresses: list[str], *, wait_s: float = QUORUM_WAIT_S) -> Any:
+    """The leader's DescribeQuorum; waits up to ``wait_s`` for an election to finish."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        response, errors = _ask_quorum(addresses)
+        if response is not None:
+            return response
+        if time.monotonic() >= deadline:
+            raise click.ClickException(
+                "no controller answered with a leader (" + "; ".join(errors)
+                + f") within {wait_s:.0f}s; is the cluster running?")
+        time.sleep(0.2)
+
+
+def _ask_quorum(addresses: list[str]) -> tuple[Any, list[str]]:
     import grpc
 
     from tidelog.v1 import controller_pb2, controller_pb2_grpc
@@ -167,14 +186,13 @@ def _describe_quorum(addresses: list[str]) -> Any:
         try:
             with grpc.insecure_channel(address) as channel:
                 stub = controller_pb2_grpc.ControllerServiceStub(channel)
-                r = stub.DescribeQuorum(controller_pb2.DescribeQuorumRequest(), timeout=3)
+                r = stub.DescribeQuorum(controller_pb2.DescribeQuorumRequest(), timeout=2)
             if r.leader_id >= 0:
-                return _from_leader(r) or r
+                return _from_leader(r) or r, errors
             errors.append(f"{address}: no leader known")
         except grpc.RpcError as e:
             errors.append(f"{address}: {e.code().name}")
-    raise click.ClickException("no controller answered with a leader (" + "; ".join(errors)
-                               + "); is the cluster running?")
+    return None, errors
 
 
 def _from_leader(r: Any) -> Any:

@@ -61,7 +61,8 @@ def test_cluster_lifecycle_through_the_cli(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (("cluster", "status", "--dir", "/nonexistent/tidelog"), "no local cluster in"),
-    (("cluster", "quorum", "--controller", "127.0.0.1:1"), "no controller answered"),
+    (("cluster", "quorum", "--controller", "127.0.0.1:1", "--wait", "0.5"),
+     "no controller answered"),
     (("server", "--config", "/nonexistent/node.toml"), "cannot read config file"),
     (("storage", "format", "--dir", "/tmp/x"), "--cluster-id"),
 ])
