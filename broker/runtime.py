@@ -18,9 +18,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from broker.controller_client import ControllerClient
 from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_listener import MetadataListener
+from broker.metrics import BrokerMetrics
+from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError
 
@@ -51,7 +55,13 @@ class BrokerRuntime:
             rack=b.rack, client=self.client, metadata_offset=lambda: self.listener.offset,
             heartbeat_interval_ms=b.heartbeat_interval_ms, on_fatal=self._on_fatal)
         self.data_dir = Path(config.data_dir)
-        self.data_plane: Any = None  # the replica manager, when this build has one
+        metrics = BrokerMetrics(registry) if isinstance(registry, CollectorRegistry) else None
+        #: The replica manager: storage, partitions, produce/fetch, replication, timers.
+        self.data_plane: Any = ReplicaManager(
+            broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
+            controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
+            config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
+            metadata_caught_up=lambda: self.listener.is_caught_up)
 
     def _on_fatal(self, error: TidelogError) -> None:
         log.error("broker %d: fatal: %s", self.broker_id, error)

@@ -1,0 +1,100 @@
+"""Delayed fetches: long-polls that wait for a partition event (Kafka's fetch purgatory, reduced).
+
+A fetch that found fewer than ``min_bytes`` waits up to ``max_wait_ms`` for something to read.
+Rather than polling, it watches the partitions it asked for: :meth:`FetchWaiters.watch` returns a
+future that :meth:`FetchWaiters.wake` resolves when one of them changes, and the fetch then reads
+again (Kafka's DelayedFetch.tryComplete, done by the waiting request itself). Two instances live
+in the replica manager because the two kinds of fetch wait for different things:
+
+* follower fetches (ReplicaService) wait for **data**: woken by the leader's appends;
+* consumer fetches (BrokerService) wait for the **high watermark**: woken when it advances.
+
+Both are also woken when the partition's role changes or it is deleted, so a waiting request
+answers NOT_LEADER_OR_FOLLOWER at once instead of at its deadline.
+
+Waiting is bounded: at most ``waiters_max`` fetches wait at once; past that :meth:`watch`
+returns None and the fetch answers with what it has (an empty answer is always correct, only
+less efficient). Waking is O(waiters of that partition); a partition nobody watches costs one
+dict lookup per event, which keeps it cheap on the produce path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Iterable
+
+__all__ = ["DELAYED_FETCHES_MAX", "FetchWaiters"]
+
+#: Fetches that may wait at once per kind (Kafka bounds its purgatories by memory only).
+DELAYED_FETCHES_MAX = 10_000
+
+
+class FetchWaiters:
+    """Futures waiting for partition events, keyed by partition (see the module doc)."""
+
+    def __init__(self, *, waiters_max: int = DELAYED_FETCHES_MAX) -> None:
+        assert waiters_max > 0, waiters_max
+        self.waiters_max = waiters_max
+        self._by_key: dict[Hashable, set[asyncio.Future[None]]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        """Fetches waiting now."""
+        return self._count
+
+    def watch(self, keys: Iterable[Hashable]) -> asyncio.Future[None] | None:
+        """A future resolved by the next :meth:`wake` of any of ``keys``; None when full (the
+        caller answers at once). The caller must :meth:`unwatch` it when done, woken or not."""
+        if self._count >= self.waiters_max:
+            return None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._by_key.setdefault(key, set()).add(future)
+        self._count += 1
+        return future
+
+    def unwatch(self, future: asyncio.Future[None], keys: Iterable[Hashable]) -> None:
+        for key in keys:
+            watchers = self._by_key.get(key)
+            if watchers is not None:
+                watchers.discard(future)
+                if not watchers:
+                    del self._by_key[key]
+        self._count -= 1
+        assert self._count >= 0
+        if not future.done():
+            future.cancel()
+
+    def wake(self, key: Hashable) -> int:
+        """Resolve every future watching ``key``; returns how many."""
+        watchers = self._by_key.get(key)
+        if not watchers:
+            return 0
+        woken = 0
+        for future in watchers:
+            if not future.done():
+                future.set_result(None)
+                woken += 1
+        return woken
+
+    def wake_all(self) -> None:
+        """Resolve every waiting future (the broker is stopping)."""
+        for watchers in self._by_key.values():
+            for future in watchers:
+                if not future.done():
+                    future.set_result(None)
+
+    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> bool:
+        """Wait until one of ``keys`` is woken or ``timeout_s`` passes. False when it could not
+        wait at all (full) or timed out; True when woken."""
+        keys = tuple(keys)
+        if timeout_s <= 0:
+            return False
+        future = self.watch(keys)
+        if future is None:
+            return False
+        try:
+            done, _ = await asyncio.wait((future,), timeout=timeout_s)
+            return bool(done)
+        finally:
+            self.unwatch(future, keys)

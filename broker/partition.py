@@ -1,0 +1,557 @@
+"""One hosted partition replica: the I/O shell around the replication core (Kafka's Partition).
+
+A :class:`Partition` owns a :class:`~broker.storage.PartitionLog`, the pure
+:class:`~broker.replication.PartitionState` that decides (roles, ISR, HW, epochs, acks) and the
+:class:`~broker.replication.ProducerStateTable` (idempotence). It drives them exactly as the
+core's module doc says, all on the broker's event loop and without an ``await`` inside any step,
+so no other request sees a half-done one:
+
+* **produce** (leader): ``check_produce`` → ``validate_batch`` (size, CRC; records are never
+  decoded) → producer check → ``append_as_leader`` (one WriteBatch) → ``ProducerStateTable.
+  on_append`` → ``on_local_append`` and its effects, before anything else can serve a fetch.
+  acks=all gets a waiter resolved by ``acks_all_outcome`` whenever the HW, role or ISR moves.
+* **follower fetch served** (leader): ``on_follower_fetch`` (epochs, divergence, follower LEO,
+  HW, ISR expansion) → its effects → a read of whole batches from the fetch offset.
+* **fetch response applied** (follower): ``on_fetch_response`` → effects: truncate (and the
+  producer state with it), append the leader's bytes unchanged, follow its HW and log start.
+* **effects** run in list order -- persist, then send (``ProposeIsr`` goes to the replica
+  manager's AlterPartition sender), then acknowledge (waiters, woken long-polls).
+
+What a partition needs from the replica manager is the small :class:`PartitionContext`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from broker.metrics import TopicMetrics
+from broker.replication import (
+    AcksDone,
+    AppendFetchedBatches,
+    BackoffFetch,
+    BatchHeader,
+    CheckProduceWaiters,
+    DivergingEpoch,
+    Duplicate,
+    Effect,
+    FollowerFetch,
+    FollowerFetchDecision,
+    LeaderFetchResponse,
+    MaybeIncrementLogStartOffset,
+    PartitionState,
+    ProducerStateTable,
+    ProposeIsr,
+    Reject,
+    TruncateFullyAndStartAt,
+    TruncateTo,
+    UpdateHighWatermark,
+)
+from broker.storage import FetchDataInfo, LogConfig, PartitionLog
+from tidelog.configs import TopicConfig
+from tidelog.errors import (
+    NotLeaderOrFollowerError,
+    RecordListTooLargeError,
+    RequestTimedOutError,
+    TidelogError,
+)
+from tidelog.metadata.image import PartitionRegistration
+from tidelog.record_batch import RecordBatch, batch_crc, parse_batch, validate_batch
+from tidelog.v1 import broker_pb2 as pb
+from tidelog.v1.common_pb2 import ErrorCode, TimestampType
+
+__all__ = [
+    "ACKS_WAITERS_MAX",
+    "AppendResult",
+    "Partition",
+    "PartitionContext",
+    "PartitionKey",
+    "log_config_of",
+]
+
+log = logging.getLogger("tidelog.broker.partition")
+
+PartitionKey = tuple[bytes, int]  # (topic id, partition id): what data is keyed by (DESIGN §5)
+#: acks=all produces waiting per partition; one more is refused before it appends
+#: (REQUEST_TIMED_OUT, retriable) rather than growing memory without bound.
+ACKS_WAITERS_MAX = 10_000
+#: Bytes read per step when replaying batch headers into the producer state (startup only).
+REPLAY_READ_BYTES = 4 << 20
+#: Batches replayed into the producer state at open, at most (a bound on startup work).
+REPLAY_BATCHES_MAX = 50_000_000
+_LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+_ACKS_ALL = -1
+
+
+class PartitionContext(Protocol):
+    """What a partition asks of its replica manager."""
+
+    def propose_isr(self, partition: Partition, proposal: ProposeIsr) -> None:
+        """Send AlterPartition for ``proposal`` (batched, retried); answer through
+        ``Partition.on_alter_partition_response``."""
+
+    def on_new_data(self, partition: Partition) -> None:
+        """The leader's log grew: wake follower long-polls."""
+
+    def on_high_watermark(self, partition: Partition) -> None:
+        """The HW moved: wake consumer long-polls."""
+
+    def flush(self) -> None:
+        """fsync the storage now (topic flush.messages / flush.ms)."""
+
+    @property
+    def flush_generation(self) -> int:
+        """Counts storage flushes, so a partition knows its appends were flushed meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a produced batch landed (or, for a duplicate, where it had landed)."""
+
+    base_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    waiter: asyncio.Future[AcksDone] | None  # acks=all: resolved by the HW (or an error)
+
+
+@dataclass(order=True, slots=True)
+class _AcksWaiter:
+    required_offset: int
+    leader_epoch: int = field(compare=False)
+    future: asyncio.Future[AcksDone] = field(compare=False)
+
+
+def log_config_of(config: TopicConfig) -> LogConfig:
+    return LogConfig(segment_bytes=config.segment_bytes, segment_ms=config.segment_ms)
+
+
+class Partition:
+    """One partition replica on this broker (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        topic_name: str,
+        topic_id: bytes,
+        partition_id: int,
+        log: PartitionLog,
+        config: TopicConfig,
+        context: PartitionContext,
+        replica_lag_time_max_ms: int,
+        metrics: TopicMetrics | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_id = partition_id
+        self.key: PartitionKey = (topic_id, partition_id)
+        self.log = log
+        self.config = config
+        self.context = context
+        self.metrics = metrics
+        self.state = PartitionState(broker_id, replica_lag_time_max_ms=replica_lag_time_max_ms)
+        self.producers = load_producer_state(log)
+        self.closed = False
+        self._waiters: list[_AcksWaiter] = []
+        self._producer_state_saved_at = self.producers.end_offset
+        self._unflushed_batches = 0
+        self._first_unflushed_ms = 0
+        self._flush_generation = context.flush_generation
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic_name}-{self.partition_id}, {self.state!r})"
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic_name}-{self.partition_id}"
+
+    @property
+    def acks_waiting(self) -> int:
+        return len(self._waiters)
+
+    # --- metadata ------------------------------------------------------------------------------
+
+    def apply_registration(self, registration: PartitionRegistration, *, now_ms: int) -> None:
+        """Become leader or follower as the metadata says (stale registrations are ignored by
+        the core)."""
+        state = self.state
+        before = self._leader_isr()
+        if registration.leader == self.broker_id:
+            effects = state.become_leader(
+                leader_epoch=registration.leader_epoch,
+                partition_epoch=registration.partition_epoch,
+                replicas=registration.replicas, isr=registration.isr,
+                log_end_offset=self.log.log_end_offset,
+                high_watermark=self.log.high_watermark, now_ms=now_ms)
+        else:
+            effects = state.become_follower(
+                leader_id=registration.leader, leader_epoch=registration.leader_epoch,
+                partition_epoch=registration.partition_epoch,
+                replicas=registration.replicas, isr=registration.isr)
+        self.run_effects(effects)
+        self._note_isr_change(before)
+
+    def set_ineligible_replicas(self, broker_ids: frozenset[int], *, now_ms: int) -> None:
+        self.run_effects(self.state.set_ineligible_replicas(broker_ids, now_ms=now_ms))
+
+    def update_config(self, config: TopicConfig) -> None:
+        if config != self.config:
+            self.config = config
+            self.log.config = log_config_of(config)
+            # A lower min.insync.replicas may complete waiters at once.
+            self._check_waiters()
+
+    def on_alter_partition_response(self, proposal: ProposeIsr, *, error_code: int,
+                                    leader_id: int = -1, leader_epoch: int = -1,
+                                    isr: Sequence[int] = (), partition_epoch: int = -1,
+                                    now_ms: int) -> None:
+        before = self._leader_isr()
+        self.run_effects(self.state.on_alter_partition_response(
+            proposal, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch,
+            isr=isr, partition_epoch=partition_epoch, now_ms=now_ms))
+        self._note_isr_change(before)
+
+    def _leader_isr(self) -> tuple[int, tuple[int, ...]] | None:
+        state = self.state
+        return (state.leader_epoch, state.isr) if state.is_leader else None
+
+    def _note_isr_change(self, before: tuple[int, tuple[int, ...]] | None) -> None:
+        """Count and log an ISR change of this leader within one leader epoch (committed by the
+        controller: seen in its answer or in the metadata, whichever came first)."""
+        after = self._leader_isr()
+        if before is None or after is None or before[0] != after[0] or before[1] == after[1]:
+            return
+        log.info("%s: ISR %s -> %s", self.name, list(before[1]), list(after[1]))
+        if self.metrics is not None:
+            counter = self.metrics.isr_shrinks if len(after[1]) < len(before[1]) \
+                else self.metrics.isr_expands
+            counter.inc()
+
+    def close(self) -> None:
+        """No longer hosted here (deleted, or the broker stops): fail waiting produces."""
+        self.closed = True
+        error = NotLeaderOrFollowerError(f"{self.name} is no longer hosted on this broker")
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_result(AcksDone(error))
+        self._waiters.clear()
+
+    # --- leader: produce -----------------------------------------------------------------------
+
+    def append_as_leader(self, data: bytes, *, acks: int, now_ms: int,
+                         monotonic_ms: int) -> AppendResult:
+        """Validate and append one produced batch; raises the TidelogError to answer with.
+        ``now_ms`` is the wall clock (append time), ``monotonic_ms`` the core's clock."""
+        state, config = self.state, self.config
+        error = state.check_produce(acks, config.min_insync_replicas)
+        if error is not None:
+            raise error
+        batch = validate_batch(data, max_bytes=config.max_message_bytes)
+        if len(data) > config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"batch of {len(data)} bytes is larger than segment.bytes {config.segment_bytes}")
+        if acks == _ACKS_ALL and len(self._waiters) >= ACKS_WAITERS_MAX:
+            raise RequestTimedOutError(
+                f"{self.name}: {ACKS_WAITERS_MAX} acks=all produces are waiting already")
+        check = self.producers.check(producer_id=batch.producer_id,
+                                     producer_epoch=batch.producer_epoch,
+                                     base_sequence=batch.base_sequence,
+                                     record_count=batch.record_count)
+        if isinstance(check, Reject):
+            raise check.error
+        append_time_ms = -1
+        if isinstance(check, Duplicate):
+            base_offset, last_offset = check.base_offset, check.last_offset
+        else:
+            base_offset, last_offset, append_time_ms = self._append(batch, len(data), now_ms,
+                                                                    monotonic_ms)
+        waiter = None
+        if acks == _ACKS_ALL:
+            waiter = self._add_waiter(last_offset + 1, state.leader_epoch)
+        return AppendResult(base_offset, append_time_ms, self.log.log_start_offset, waiter)
+
+    def _append(self, batch: RecordBatch, size: int, now_ms: int,
+                monotonic_ms: int) -> tuple[int, int, int]:
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        if log_append_time and batch.timestamp_type != _LOG_APPEND_TIME:
+            # timestamp_type is under the CRC (common.proto): recompute it, as Kafka's leader
+            # does when it rewrites a batch's timestamp type.
+            batch.timestamp_type = _LOG_APPEND_TIME
+            batch.crc = batch_crc(batch)
+        info = self.log.append_as_leader(batch, leader_epoch=self.state.leader_epoch,
+                                         now_ms=now_ms)
+        self.producers.on_append(BatchHeader(
+            batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count,
+            info.base_offset, info.log_append_time_ms))
+        # Right after the append, before anything can serve a fetch (the core asserts it).
+        effects = self.state.on_local_append(self.log.log_end_offset, now_ms=monotonic_ms)
+        self.context.on_new_data(self)
+        self.run_effects(effects)
+        if self.metrics is not None:
+            self.metrics.bytes_in.inc(size)
+            self.metrics.messages_in.inc(batch.record_count)
+        self._count_unflushed(now_ms)
+        return info.base_offset, info.last_offset, (
+            info.log_append_time_ms if log_append_time else -1)
+
+    def _add_waiter(self, required_offset: int, leader_epoch: int) -> asyncio.Future[AcksDone]:
+        future: asyncio.Future[AcksDone] = asyncio.get_running_loop().create_future()
+        outcome = self.state.acks_all_outcome(
+            required_offset=required_offset, leader_epoch=leader_epoch,
+            min_insync_replicas=self.config.min_insync_replicas)
+        if outcome is not None:
+            future.set_result(outcome)
+        else:
+            # Sorted by required offset (a retried duplicate may need an earlier one).
+            bisect.insort(self._waiters, _AcksWaiter(required_offset, leader_epoch, future))
+        return future
+
+    def forget_waiter(self, future: asyncio.Future[AcksDone]) -> None:
+        """A produce stopped waiting (timed out): drop its waiter."""
+        for i, waiter in enumerate(self._waiters):
+            if waiter.future is future:
+                del self._waiters[i]
+                return
+
+    def _check_waiters(self) -> None:
+        """Complete waiting acks=all produces the core says are done, oldest first: the first
+        still waiting means every later one waits too (same epoch, higher offset)."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        state, min_isr = self.state, self.config.min_insync_replicas
+        done = 0
+        for waiter in waiters:
+            outcome = state.acks_all_outcome(required_offset=waiter.required_offset,
+                                             leader_epoch=waiter.leader_epoch,
+                                             min_insync_replicas=min_isr)
+            if outcome is None:
+                break
+            if not waiter.future.done():
+                waiter.future.set_result(outcome)
+            done += 1
+        if done:
+            del waiters[:done]
+
+    # --- leader: serving fetches ---------------------------------------------------------------
+
+    def serve_follower_fetch(self, replica_id: int, request: pb.FetchRequest.PartitionData, *,
+                             max_bytes: int, monotonic_ms: int
+                             ) -> tuple[FollowerFetchDecision, list[bytes]]:
+        """A follower's fetch of this partition: the core's decision and the batches to send."""
+        decision = self.state.on_follower_fetch(
+            replica_id, fetch_offset=request.fetch_offset,
+            last_fetched_epoch=request.last_fetched_epoch,
+            current_leader_epoch=request.current_leader_epoch, log=self.log,
+            now_ms=monotonic_ms)
+        if decision.effects:
+            self.run_effects(list(decision.effects))
+        batches: list[bytes] = []
+        if (decision.should_read and max_bytes > 0
+                and decision.fetch_offset < decision.log_end_offset):
+            batches = self.log.read(decision.fetch_offset, max_bytes).batches
+            if self.metrics is not None and batches:
+                self.metrics.replication_bytes_out.inc(sum(len(b) for b in batches))
+        return decision, batches
+
+    def read_for_consumer(self, fetch_offset: int, current_leader_epoch: int,
+                          max_bytes: int) -> FetchDataInfo:
+        """Whole batches below the HW from ``fetch_offset`` (leaders only); raises
+        NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH /
+        OFFSET_OUT_OF_RANGE."""
+        error = self.state.check_leader_epoch(current_leader_epoch)
+        if error is not None:
+            raise error
+        log = self.log
+        return log.read(fetch_offset, max_bytes, max_offset=log.high_watermark)
+
+    # --- follower ------------------------------------------------------------------------------
+
+    def fetch_request(self) -> FollowerFetch | None:
+        return self.state.fetch_request(self.log)
+
+    def on_fetch_response(self, request: FollowerFetch,
+                          response: pb.FetchResponse.PartitionData) -> int | None:
+        """Apply the leader's answer; returns an error code when the fetcher must back off."""
+        batches = list(response.batches) if response.error_code == ErrorCode.NONE else []
+        headers = [parse_batch(b) for b in batches]
+        next_offset = None
+        if headers:
+            last = headers[-1]
+            next_offset = last.base_offset + last.record_count
+            if next_offset <= request.fetch_offset:
+                log.warning("%s: leader %d sent batches ending at %d, below fetch offset %d",
+                            self.name, request.leader_id, next_offset, request.fetch_offset)
+                return ErrorCode.CORRUPT_MESSAGE
+        diverging = None
+        if response.HasField("diverging_epoch"):
+            diverging = DivergingEpoch(response.diverging_epoch.epoch,
+                                       response.diverging_epoch.end_offset)
+        answer = LeaderFetchResponse(
+            error_code=response.error_code, high_watermark=response.high_watermark,
+            log_start_offset=response.log_start_offset,
+            log_end_offset=response.log_end_offset, diverging_epoch=diverging,
+            batches_next_offset=next_offset)
+        effects = self.state.on_fetch_response(request, answer, self.log)
+        try:
+            return self.run_effects(effects, fetched=list(zip(batches, headers, strict=True)))
+        except TidelogError as error:
+            # The log refused the leader's batches (corrupt on the wire, not at our LEO): the
+            # core reads the LEO again on the next fetch, so backing off is always safe.
+            log.warning("%s: applying the fetch from leader %d failed: %s", self.name,
+                        request.leader_id, error)
+            return int(error.code)
+
+    def _append_fetched(self, fetched: list[tuple[bytes, RecordBatch]], next_offset: int) -> None:
+        log_ = self.log
+        total = 0
+        for data, header in fetched:
+            if header.base_offset + header.record_count <= log_.log_end_offset:
+                continue  # already here (cannot happen at a batch boundary; harmless if it does)
+            log_.append_as_follower(data)
+            if header.base_offset < self.producers.end_offset:
+                # The log restarted inside this batch (the leader's log start moved into it).
+                self.producers.truncate_fully_and_start_at(header.base_offset)
+            self.producers.on_append(BatchHeader(
+                header.producer_id, header.producer_epoch, header.base_sequence,
+                header.record_count, header.base_offset, header.log_append_time_ms))
+            total += len(data)
+        assert log_.log_end_offset == next_offset, (self.name, log_.log_end_offset, next_offset)
+        if self.metrics is not None:
+            self.metrics.replication_bytes_in.inc(total)
+
+    # --- effects -------------------------------------------------------------------------------
+
+    def run_effects(self, effects: Sequence[Effect], *,
+                    fetched: list[tuple[bytes, RecordBatch]] | None = None) -> int | None:
+        """Carry out the core's effects in order; returns BackoffFetch's error code, if any."""
+        if not effects:
+            return None
+        recheck = hw_moved = False
+        backoff = None
+        for effect in effects:
+            if isinstance(effect, UpdateHighWatermark):
+                before = self.log.high_watermark
+                hw_moved |= self.log.update_high_watermark(effect.high_watermark) != before
+                recheck = True
+            elif isinstance(effect, ProposeIsr):
+                self.context.propose_isr(self, effect)
+            elif isinstance(effect, CheckProduceWaiters):
+                recheck = True
+            elif isinstance(effect, AppendFetchedBatches):
+                assert fetched, effect
+                self._append_fetched(fetched, effect.next_offset)
+            elif isinstance(effect, TruncateTo):
+                self._truncate_to(effect.offset)
+            elif isinstance(effect, TruncateFullyAndStartAt):
+                # Producer state first (see _truncate_to), then the log.
+                self.producers.truncate_fully_and_start_at(effect.offset)
+                self.maybe_save_producer_state(force=True)
+                self.log.truncate_fully_and_start_at(effect.offset)
+                log.info("%s: emptied and restarted at %d", self.name, effect.offset)
+            elif isinstance(effect, MaybeIncrementLogStartOffset):
+                self.log.maybe_increment_log_start_offset(effect.offset)
+            elif isinstance(effect, BackoffFetch):
+                backoff = effect.error_code
+            else:  # pragma: no cover - the Effect union is closed
+                raise AssertionError(f"unknown effect {effect!r}")
+        if recheck:
+            self._check_waiters()
+        if hw_moved and self.state.is_leader:
+            self.context.on_high_watermark(self)
+        return backoff
+
+    def _truncate_to(self, offset: int) -> None:
+        """The producer state is cut and saved *before* the log: a snapshot must never
+        describe batches the log no longer has (after a crash it would outlive the data it
+        describes, and later batches at the same offsets would be checked against it). Cut at
+        ``offset`` it forgets exactly what the log's cut removes (the batch holding ``offset``
+        goes whole in both)."""
+        before_leo = self.log.log_end_offset
+        if offset < before_leo:
+            self.producers.truncate_to(offset)
+            self.maybe_save_producer_state(force=True)
+        self.log.truncate_to(offset)
+        self.producers.truncate_to(self.log.log_end_offset)
+        if self.log.log_end_offset < before_leo:
+            log.info("%s: truncated from %d to %d (diverged from leader %d)", self.name,
+                     before_leo, self.log.log_end_offset, self.state.leader_id)
+
+    # --- timers --------------------------------------------------------------------------------
+
+    def tick(self, monotonic_ms: int) -> None:
+        if self.state.is_leader:
+            self.run_effects(self.state.tick(monotonic_ms))
+
+    def enforce_retention(self, now_ms: int) -> int:
+        config = self.config
+        if "delete" not in config.cleanup_policy:
+            return 0
+        return self.log.enforce_retention(now_ms, retention_ms=config.retention_ms,
+                                          retention_bytes=config.retention_bytes)
+
+    def maybe_save_producer_state(self, *, force: bool = False) -> bool:
+        """Store the producer state if it changed since the last save (or ``force``)."""
+        end = self.producers.end_offset
+        if not force and end == self._producer_state_saved_at:
+            return False
+        self.log.put_producer_state(self.producers.encode())
+        self._producer_state_saved_at = end
+        return True
+
+    def _count_unflushed(self, now_ms: int) -> None:
+        config = self.config
+        if config.flush_messages >= 2**62 and config.flush_ms >= 2**62:
+            return  # Kafka's defaults: never force an fsync
+        if self._flush_generation != self.context.flush_generation:
+            self._flush_generation = self.context.flush_generation
+            self._unflushed_batches = 0
+        if self._unflushed_batches == 0:
+            self._first_unflushed_ms = now_ms
+        self._unflushed_batches += 1
+        if self._unflushed_batches >= config.flush_messages:
+            self.context.flush()
+
+    def maybe_flush(self, now_ms: int) -> None:
+        """Topic flush.ms: fsync when the oldest unflushed append is that old."""
+        if (self._unflushed_batches and self._flush_generation == self.context.flush_generation
+                and now_ms - self._first_unflushed_ms >= self.config.flush_ms):
+            self.context.flush()
+
+
+def load_producer_state(log_: PartitionLog) -> ProducerStateTable:
+    """The producer state at open: the stored snapshot cut to the LEO, then the headers of the
+    batches after it replayed (a damaged snapshot: rebuilt from the whole log)."""
+    table = None
+    blob = log_.producer_state()
+    if blob:
+        try:
+            table = ProducerStateTable.decode(blob)
+        except ValueError as e:
+            log.warning("%s: producer state unreadable (%s); rebuilding it from the log",
+                        log_.topic_partition, e)
+    if table is None:
+        table = ProducerStateTable()
+    table.truncate_to(log_.log_end_offset)
+    offset = max(table.end_offset, log_.log_start_offset)
+    leo = log_.log_end_offset
+    for _ in range(REPLAY_BATCHES_MAX):
+        if offset >= leo:
+            break
+        batches = log_.read(offset, REPLAY_READ_BYTES).batches
+        if not batches:
+            break
+        for data in batches:
+            header = parse_batch(data)
+            end = header.base_offset + header.record_count
+            if end > table.end_offset:
+                table.on_append(BatchHeader(
+                    header.producer_id, header.producer_epoch, header.base_sequence,
+                    header.record_count, header.base_offset, header.log_append_time_ms))
+            offset = end
+    return table

@@ -1,0 +1,930 @@
+"""The broker's data plane: hosted partitions, produce, fetch, offsets, replication (Kafka's
+ReplicaManager).
+
+:class:`ReplicaManager` is what ``BrokerRuntime.data_plane`` holds. It
+
+* owns the broker's :class:`~broker.storage.Storage` and one :class:`~broker.partition.Partition`
+  per hosted replica, keyed by (topic id, partition);
+* is a metadata publisher (``on_metadata_update``): for each local change it creates the log if
+  needed and makes the partition leader or follower (the core ignores stale registrations),
+  re-targets the follower fetchers, deletes the partitions this broker no longer hosts (topic
+  deleted, reassigned), follows fenced / shutting-down brokers (KIP-841) and topic configs. It
+  runs synchronously, so the listener's reported offset means "acted on". On-disk partitions the
+  metadata never mentions once caught up (a topic deleted while this broker was down) are deleted;
+* answers BrokerService's Produce / Fetch / ListOffsets / InitProducerId / DescribeLogs and
+  ReplicaService.Fetch (``handle_<rpc>``, one per RPC), with per-partition errors and leader
+  hints from the image; nothing a client sends makes a handler raise;
+* sends the core's ISR proposals as batched AlterPartition requests to the active controller;
+* runs the timers (one task, one pace): ISR expiry, HW checkpoints, flush, retention, producer
+  state saves and expiry, stray partitions, metrics gauges.
+
+Long-polls (Fetch ``max_wait_ms`` / ``min_bytes``) wait on :mod:`broker.delayed`; acks=all
+produces wait on their partition's waiters with ``timeout_ms`` (REQUEST_TIMED_OUT after it).
+Everything runs on the event loop; storage calls are fast enough to make there (tens of µs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from broker.delayed import FetchWaiters
+from broker.fetcher import (
+    FETCH_BACKOFF_MS_DEFAULT,
+    GrpcReplicaTransport,
+    ReplicaFetcherManager,
+    ReplicaTransport,
+)
+from broker.metadata_listener import MetadataUpdate
+from broker.metrics import BrokerMetrics, TopicMetrics
+from broker.partition import AppendResult, Partition, PartitionKey, log_config_of
+from broker.producer_ids import ControllerChannel, ProducerIdManager
+from broker.replication import AcksDone, ProposeIsr
+from broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
+from broker.storage import FlushPolicy, Storage, StorageConfig
+from tidelog import limits
+from tidelog.config import BrokerConfig
+from tidelog.errors import (
+    InvalidFetchSizeError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    KafkaStorageErrorError,
+    NotLeaderOrFollowerError,
+    RecordListTooLargeError,
+    RequestTimedOutError,
+    StaleBrokerEpochError,
+    TidelogError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.metadata.image import MetadataImage, PartitionRegistration
+from tidelog.record_batch import parse_batch
+from tidelog.v1 import broker_pb2 as pb
+from tidelog.v1 import common_pb2
+from tidelog.v1 import controller_pb2 as cpb
+from tidelog.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "PRODUCE_REQUEST_BYTES_MAX",
+    "PRODUCE_TIMEOUT_MS_DEFAULT",
+    "ReplicaManager",
+    "ReplicaManagerConfig",
+]
+
+log = logging.getLogger("tidelog.broker.replica_manager")
+
+#: A produce request above this is RECORD_LIST_TOO_LARGE for every partition (Kafka's
+#: socket.request.max.bytes, 100 MiB; gRPC itself refuses above GRPC_MESSAGE_BYTES_MAX).
+PRODUCE_REQUEST_BYTES_MAX = 100 * 1024 * 1024
+#: acks=all wait when the request says 0 (proto3's "unset"): Kafka's request.timeout.ms.
+PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+#: Longest acks=all wait a producer may ask for.
+PRODUCE_TIMEOUT_MS_MAX = 300_000
+#: Kafka's replica.high.watermark.checkpoint.interval.ms.
+HW_CHECKPOINT_INTERVAL_MS = 5_000
+#: Producer states are stored this often when they changed (and at a clean stop). Recovery
+#: replays the batch headers after the stored one, so this bounds that replay.
+PRODUCER_STATE_SAVE_INTERVAL_MS = 10_000
+#: Kafka's producer.id.expiration.check.interval.ms.
+PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
+#: Gauges (ISR health, lags) and topic flush.ms checks run this often.
+GAUGES_INTERVAL_MS = 1_000
+#: The timer task's pace: every periodic job runs on one of these ticks.
+TICK_INTERVAL_MS = 100
+#: Re-evaluations of one long-poll fetch, at most (each follows a wake-up).
+FETCH_PASSES_MAX = 10_000
+#: AlterPartition retry pause after a failed send: doubles up to the max.
+ALTER_PARTITION_BACKOFF_MS = 50
+ALTER_PARTITION_BACKOFF_MAX_MS = 2_000
+
+assert PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX
+assert TICK_INTERVAL_MS <= GAUGES_INTERVAL_MS <= HW_CHECKPOINT_INTERVAL_MS
+assert ALTER_PARTITION_BACKOFF_MS < ALTER_PARTITION_BACKOFF_MAX_MS
+
+_ACKS_VALID = (-1, 0, 1)
+_LATEST, _EARLIEST, _MAX_TIMESTAMP = -1, -2, -3
+#: Errors answered with the leader as this broker knows it, so a client retries there.
+_HINTED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                     ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.LEADER_NOT_AVAILABLE})
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _code(code: int) -> common_pb2.ErrorCode:
+    return cast(common_pb2.ErrorCode, code)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaManagerConfig:
+    """The data plane's settings (from the node's ``[broker]`` table, or tests)."""
+
+    replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_backoff_ms: int = FETCH_BACKOFF_MS_DEFAULT
+    retention_check_interval_ms: int = 300_000
+    hw_checkpoint_interval_ms: int = HW_CHECKPOINT_INTERVAL_MS
+    producer_state_save_interval_ms: int = PRODUCER_STATE_SAVE_INTERVAL_MS
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    produce_request_bytes_max: int = PRODUCE_REQUEST_BYTES_MAX
+
+    def __post_init__(self) -> None:
+        assert self.replica_lag_time_max_ms > 0
+        assert 0 < self.replica_fetch_wait_max_ms <= limits.FETCH_WAIT_MS_MAX
+        assert self.retention_check_interval_ms > 0 and self.hw_checkpoint_interval_ms > 0
+        assert 0 < self.produce_request_bytes_max <= PRODUCE_REQUEST_BYTES_MAX
+
+    @classmethod
+    def from_broker_config(cls, b: BrokerConfig) -> ReplicaManagerConfig:
+        return cls(
+            replica_lag_time_max_ms=b.replica_lag_time_max_ms,
+            replica_fetch_wait_max_ms=b.replica_fetch_wait_max_ms,
+            retention_check_interval_ms=b.log_retention_check_interval_ms,
+            storage=StorageConfig(flush_policy=FlushPolicy(b.log_flush_policy),
+                                  flush_interval_ms=b.log_flush_interval_ms))
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One acks=all partition of a produce request, waiting."""
+
+    response: pb.ProduceResponse.PartitionResponse
+    partition: Partition
+    waiter: asyncio.Future[AcksDone]
+
+
+class ReplicaManager:
+    """The data plane of one broker (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        data_dir: Path | str,
+        cluster_id: str,
+        controller: ControllerChannel,
+        broker_epoch: Callable[[], int],
+        config: ReplicaManagerConfig | None = None,
+        transport: ReplicaTransport | None = None,
+        metrics: BrokerMetrics | None = None,
+        metadata_caught_up: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.broker_id = broker_id
+        self.data_dir = Path(data_dir)
+        self.cluster_id = cluster_id
+        self.config = config or ReplicaManagerConfig()
+        self.metrics = metrics
+        self._controller = controller
+        self._broker_epoch = broker_epoch
+        self._transport = transport
+        self._metadata_caught_up = metadata_caught_up
+        self._storage: Storage | None = None
+        self._fetchers: ReplicaFetcherManager | None = None
+        self._partitions: dict[PartitionKey, Partition] = {}
+        self._image = MetadataImage.empty()
+        self._ineligible: frozenset[int] = frozenset()
+        self._follower_waiters = FetchWaiters()  # ReplicaService fetches: wait for data
+        self._consumer_waiters = FetchWaiters()  # BrokerService fetches: wait for the HW
+        self.producer_ids = ProducerIdManager(broker_id=broker_id, broker_epoch=broker_epoch,
+                                              controller=controller)
+        self._isr_pending: dict[PartitionKey, tuple[Partition, ProposeIsr]] = {}
+        self._isr_wake = asyncio.Event()
+        self._flush_generation = 0
+        self._strays: set[PartitionKey] = set()
+        self._topic_metrics: dict[str, TopicMetrics] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open storage (recovering every partition on disk) and start the background tasks."""
+        self._storage = Storage.open(self.data_dir, cluster_id=self.cluster_id,
+                                     node_id=self.broker_id, config=self.config.storage)
+        self._strays = {(tp.topic_id, tp.partition) for tp in self._storage.partitions()}
+        transport = self._transport or GrpcReplicaTransport(self._endpoint_of)
+        self._fetchers = ReplicaFetcherManager(
+            broker_id=self.broker_id, broker_epoch=self._broker_epoch, transport=transport,
+            fetch_wait_max_ms=self.config.replica_fetch_wait_max_ms,
+            fetch_backoff_ms=self.config.replica_fetch_backoff_ms)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._run_timers(), name=f"replica-manager-{self.broker_id}-timers"),
+            loop.create_task(self._send_isr_proposals(),
+                             name=f"replica-manager-{self.broker_id}-alter-partition"),
+        ]
+        self._started = True
+        log.info("broker %d: data plane started with %d partitions on disk", self.broker_id,
+                 len(self._strays))
+
+    async def stop(self) -> None:
+        """Stop fetching and timers, fail waiting produces, save producer states, close."""
+        if not self._started:
+            return
+        self._started = False
+        if self._fetchers is not None:
+            await self._fetchers.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.producer_ids.close()
+        for partition in self._partitions.values():
+            partition.close()
+            with contextlib.suppress(TidelogError):
+                partition.maybe_save_producer_state()
+        self._follower_waiters.wake_all()
+        self._consumer_waiters.wake_all()
+        if self._storage is not None:
+            self._storage.close()
+        log.info("broker %d: data plane stopped", self.broker_id)
+
+    @property
+    def storage(self) -> Storage:
+        assert self._storage is not None, "ReplicaManager.start() first"
+        return self._storage
+
+    @property
+    def image(self) -> MetadataImage:
+        """The last metadata image this manager acted on."""
+        return self._image
+
+    def partition(self, topic_id: bytes, partition_id: int) -> Partition | None:
+        return self._partitions.get((topic_id, partition_id))
+
+    def partitions(self) -> list[Partition]:
+        return list(self._partitions.values())
+
+    # --- metadata ------------------------------------------------------------------------------
+
+    def on_metadata_update(self, update: MetadataUpdate, image: MetadataImage) -> None:
+        """Act on one metadata change (the MetadataListener calls this, in offset order)."""
+        if not self._started:
+            self._image = image
+            return
+        previous, self._image = self._image, image
+        now_ms = _monotonic_ms()
+        changes = update.local_changes
+        for gone in changes.deletes:
+            self._delete_partition((gone.topic_id, gone.partition_id), why="metadata")
+        if image.cluster is not previous.cluster:
+            self._ineligible = frozenset(
+                b.broker_id for b in image.cluster.brokers.values() if not b.is_active)
+            for partition in self._partitions.values():
+                partition.set_ineligible_replicas(self._ineligible, now_ms=now_ms)
+        for local in (*changes.leaders, *changes.followers):
+            try:
+                self._apply_partition(local.topic_name, local.topic_id, local.partition_id,
+                                      local.registration, image, now_ms)
+            except TidelogError as error:
+                # One damaged partition (KAFKA_STORAGE_ERROR) must not stop the others.
+                log.error("broker %d: cannot host %s-%d: %s", self.broker_id, local.topic_name,
+                          local.partition_id, error)
+        if image.configs is not previous.configs:
+            for partition in self._partitions.values():
+                partition.update_config(image.configs.topic_config(partition.topic_name))
+
+    def _apply_partition(self, topic_name: str, topic_id: bytes, partition_id: int,
+                         registration: PartitionRegistration, image: MetadataImage,
+                         now_ms: int) -> None:
+        key = (topic_id, partition_id)
+        partition = self._partitions.get(key)
+        if partition is None:
+            config = image.configs.topic_config(topic_name)
+            plog = self.storage.get_or_create_log(topic_id, partition_id,
+                                                  config=log_config_of(config))
+            partition = Partition(
+                broker_id=self.broker_id, topic_name=topic_name, topic_id=topic_id,
+                partition_id=partition_id, log=plog, config=config, context=self,
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                metrics=self._metrics_of(topic_name))
+            partition.set_ineligible_replicas(self._ineligible, now_ms=now_ms)
+            self._partitions[key] = partition
+            self._strays.discard(key)
+        state = partition.state
+        before = (state.role, state.leader_id, state.leader_epoch)
+        partition.apply_registration(registration, now_ms=now_ms)
+        fetchers = self._fetchers
+        assert fetchers is not None
+        if state.is_leader or state.leader_id < 0:
+            fetchers.remove_partition(key)
+        elif (state.role, state.leader_id, state.leader_epoch) != before \
+                or fetchers.leader_of(key) != state.leader_id:
+            fetchers.add_partition(partition, state.leader_id)
+        if (state.role, state.leader_id, state.leader_epoch) != before:
+            # Waiting fetches of this partition answer now (NOT_LEADER_OR_FOLLOWER, new data).
+            self._follower_waiters.wake(key)
+            self._consumer_waiters.wake(key)
+
+    def _delete_partition(self, key: PartitionKey, *, why: str) -> None:
+        partition = self._partitions.pop(key, None)
+        if self._fetchers is not None:
+            self._fetchers.remove_partition(key)
+        self._isr_pending.pop(key, None)
+        if partition is not None:
+            partition.close()
+        self.storage.delete_partition(*key)
+        self._follower_waiters.wake(key)
+        self._consumer_waiters.wake(key)
+        log.info("broker %d: deleted partition %s-%d (%s)", self.broker_id,
+                 partition.topic_name if partition else key[0].hex(), key[1], why)
+
+    def _maybe_delete_strays(self) -> None:
+        """Logs on disk the caught-up metadata never gave this broker (deleted meanwhile)."""
+        if not self._strays or not self._metadata_caught_up():
+            return
+        strays, self._strays = self._strays, set()
+        for key in strays:
+            registration = self._image.topics.partition(*key)
+            if key in self._partitions or (registration is not None
+                                           and self.broker_id in registration.replicas):
+                continue
+            self._delete_partition(key, why="not assigned here in the metadata")
+
+    def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        registration = self._image.cluster.broker(broker_id)
+        return None if registration is None else (registration.host, registration.port)
+
+    def _leader_hint(self, topic_id: bytes, partition_id: int) -> common_pb2.LeaderHint:
+        registration = self._image.topics.partition(topic_id, partition_id)
+        if registration is None:
+            return common_pb2.LeaderHint(leader_id=-1, leader_epoch=-1)
+        hint = common_pb2.LeaderHint(leader_id=registration.leader,
+                                     leader_epoch=registration.leader_epoch)
+        endpoint = self._endpoint_of(registration.leader)
+        if endpoint is not None:
+            hint.endpoint.host, hint.endpoint.port = endpoint
+        return hint
+
+    def _metrics_of(self, topic: str) -> TopicMetrics | None:
+        if self.metrics is None:
+            return None
+        found = self._topic_metrics.get(topic)
+        if found is None:
+            found = self._topic_metrics[topic] = self.metrics.topic(topic)
+        return found
+
+    def _lookup(self, topic_id: bytes | None, name: str, partition_id: int
+                ) -> tuple[bytes | None, Partition | None, TidelogError | None]:
+        """(topic id, the hosted partition, or the error to answer with)."""
+        topics = self._image.topics
+        topic = topics.get_by_id(topic_id) if topic_id else topics.get(name)
+        if topic is None or partition_id not in topic.partitions:
+            return None, None, UnknownTopicOrPartitionError(
+                f"{name or (topic_id or b'').hex()}-{partition_id} does not exist")
+        partition = self._partitions.get((topic.topic_id, partition_id))
+        if partition is None:
+            return topic.topic_id, None, NotLeaderOrFollowerError(
+                f"broker {self.broker_id} does not host {topic.name}-{partition_id}")
+        return topic.topic_id, partition, None
+
+    def _set_error(self, target: Any, error: TidelogError, topic_id: bytes | None,
+                   partition_id: int, api: str) -> None:
+        target.error_code = _code(error.code)
+        target.error_message = error.message
+        if error.code in _HINTED and topic_id is not None:
+            target.current_leader.CopyFrom(self._leader_hint(topic_id, partition_id))
+        if self.metrics is not None:
+            self.metrics.request_errors.labels(api, error.code_name).inc()
+
+    # --- PartitionContext ----------------------------------------------------------------------
+
+    def propose_isr(self, partition: Partition, proposal: ProposeIsr) -> None:
+        self._isr_pending[partition.key] = (partition, proposal)
+        self._isr_wake.set()
+
+    def on_new_data(self, partition: Partition) -> None:
+        self._follower_waiters.wake(partition.key)
+
+    def on_high_watermark(self, partition: Partition) -> None:
+        self._consumer_waiters.wake(partition.key)
+
+    def flush(self) -> None:
+        self.storage.flush()
+        self._flush_generation += 1
+
+    @property
+    def flush_generation(self) -> int:
+        return self._flush_generation
+
+    # --- Produce -------------------------------------------------------------------------------
+
+    async def handle_produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        started = time.perf_counter()
+        acks = request.acks
+        common: TidelogError | None = None
+        if acks not in _ACKS_VALID:
+            common = InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks}")
+        elif request.ByteSize() > self.config.produce_request_bytes_max:
+            common = RecordListTooLargeError(
+                f"produce request of {request.ByteSize()} bytes is above the limit of "
+                f"{self.config.produce_request_bytes_max}")
+        response = pb.ProduceResponse()
+        pending: list[_Pending] = []
+        now_ms, monotonic_ms = _wall_ms(), _monotonic_ms()
+        for topic in request.topics:
+            answer = response.topics.add(name=topic.name)
+            for data in topic.partitions:
+                result = answer.partitions.add(partition_id=data.partition_id, base_offset=-1,
+                                               log_append_time_ms=-1, log_start_offset=-1)
+                topic_id, partition, error = self._lookup(None, topic.name, data.partition_id)
+                appended: AppendResult | None = None
+                if error is None and common is None:
+                    assert partition is not None
+                    try:
+                        appended = partition.append_as_leader(
+                            data.batch, acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms)
+                    except TidelogError as e:
+                        error = e
+                    except Exception as e:  # a bug: answer it, keep serving the rest
+                        log.exception("broker %d: produce to %s failed", self.broker_id,
+                                      partition.name)
+                        error = UnknownServerError(f"{type(e).__name__}: {e}")
+                error = error or common
+                if error is not None:
+                    self._set_error(result, error, topic_id, data.partition_id, "produce")
+                    continue
+                assert appended is not None and partition is not None
+                result.base_offset = appended.base_offset
+                result.log_append_time_ms = appended.log_append_time_ms
+                result.log_start_offset = appended.log_start_offset
+                if appended.waiter is not None:
+                    pending.append(_Pending(result, partition, appended.waiter))
+        if pending:
+            await self._await_acks(pending, request.timeout_ms)
+        if self.metrics is not None:
+            self.metrics.request_latency.labels("produce").observe(time.perf_counter() - started)
+        return response
+
+    async def _await_acks(self, pending: list[_Pending], timeout_ms: int) -> None:
+        if timeout_ms <= 0:
+            timeout_ms = PRODUCE_TIMEOUT_MS_DEFAULT
+        timeout_ms = min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX)
+        waiting = [p.waiter for p in pending if not p.waiter.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout_ms / 1000)
+        for p in pending:
+            error: TidelogError | None
+            if p.waiter.done():
+                error = p.waiter.result().error
+            else:
+                p.partition.forget_waiter(p.waiter)
+                p.waiter.cancel()
+                error = RequestTimedOutError(
+                    f"{p.partition.name}: the high watermark did not reach offset "
+                    f"{p.response.base_offset} within {timeout_ms} ms (acks=all)")
+            if error is not None:
+                p.response.base_offset = -1
+                self._set_error(p.response, error, p.partition.topic_id,
+                                p.partition.partition_id, "produce")
+
+    # --- Fetch (consumers) ---------------------------------------------------------------------
+
+    async def handle_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        """A consumer's long-poll: whole batches below the HW, leaders only."""
+        started = time.perf_counter()
+        response = await self._long_poll(request, follower=False)
+        if self.metrics is not None:
+            self.metrics.request_latency.labels("fetch").observe(time.perf_counter() - started)
+        return response
+
+    async def handle_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        """A follower's fetch (ReplicaService): records its LEO (HW, ISR), answers divergence,
+        and long-polls for new data."""
+        started = time.perf_counter()
+        error: TidelogError | None = None
+        if request.replica_id < 0:
+            error = InvalidRequestError("ReplicaService.Fetch needs the follower's replica_id")
+        else:
+            registration = self._image.cluster.broker(request.replica_id)
+            if registration is not None \
+                    and request.replica_broker_epoch < registration.broker_epoch:
+                # An older incarnation of that broker (KIP-903): its log may have lost data.
+                error = StaleBrokerEpochError(
+                    f"broker {request.replica_id} epoch {request.replica_broker_epoch} is "
+                    f"older than its registration {registration.broker_epoch}")
+        if error is not None:
+            response = pb.FetchResponse(error_code=_code(error.code),
+                                        error_message=error.message)
+        else:
+            response = await self._long_poll(request, follower=True)
+        if self.metrics is not None:
+            self.metrics.request_latency.labels("replica_fetch").observe(
+                time.perf_counter() - started)
+        return response
+
+    async def _long_poll(self, request: pb.FetchRequest, *, follower: bool) -> pb.FetchResponse:
+        max_bytes = request.max_bytes or limits.FETCH_BYTES_MAX_DEFAULT
+        if max_bytes < 0:
+            error = InvalidFetchSizeError(f"max_bytes must be > 0, got {request.max_bytes}")
+            return pb.FetchResponse(error_code=_code(error.code), error_message=error.message)
+        max_wait_ms = min(max(request.max_wait_ms, 0), limits.FETCH_WAIT_MS_MAX)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        targets = self._fetch_targets(request)
+        keys = [t[3].key for t in targets if t[3] is not None]
+        waiters = self._follower_waiters if follower else self._consumer_waiters
+        response = pb.FetchResponse()
+        for _ in range(FETCH_PASSES_MAX):
+            response = pb.FetchResponse()
+            total, errors = self._fetch_pass(request, targets, response, max_bytes,
+                                             follower=follower)
+            remaining_s = deadline - time.monotonic()
+            if total >= request.min_bytes or errors or remaining_s <= 0 or not keys:
+                break
+            if not await waiters.wait(keys, remaining_s) and time.monotonic() < deadline:
+                break  # too many waiting fetches: answer what there is
+        return response
+
+    def _fetch_targets(self, request: pb.FetchRequest
+                       ) -> list[tuple[str, bytes | None, pb.FetchRequest.PartitionData,
+                                       Partition | None, TidelogError | None]]:
+        targets = []
+        for topic in request.topics:
+            for data in topic.partitions:
+                topic_id, partition, error = self._lookup(topic.topic_id or None, topic.name,
+                                                          data.partition_id)
+                name = topic.name
+                if partition is not None:
+                    name = partition.topic_name
+                targets.append((name, topic_id, data, partition, error))
+        return targets
+
+    def _fetch_pass(self, request: pb.FetchRequest, targets: Iterable[tuple[
+            str, bytes | None, pb.FetchRequest.PartitionData, Partition | None,
+            TidelogError | None]], response: pb.FetchResponse, max_bytes: int, *,
+            follower: bool) -> tuple[int, bool]:
+        """Read every partition once into ``response``; (bytes read, whether any errored)."""
+        total = 0
+        errors = False
+        monotonic_ms = _monotonic_ms()
+        topic_answers: dict[tuple[str, bytes | None], pb.FetchResponse.TopicData] = {}
+        api = "replica_fetch" if follower else "fetch"
+        for name, topic_id, data, partition, error in targets:
+            topic_answer = topic_answers.get((name, topic_id))
+            if topic_answer is None:
+                topic_answer = topic_answers[(name, topic_id)] = response.topics.add(
+                    name=name, topic_id=topic_id or b"")
+            answer = topic_answer.partitions.add(partition_id=data.partition_id,
+                                                 high_watermark=-1, last_stable_offset=-1,
+                                                 log_start_offset=-1, log_end_offset=-1)
+            if error is None:
+                assert partition is not None
+                limit = data.partition_max_bytes or limits.PARTITION_FETCH_BYTES_MAX_DEFAULT
+                if data.partition_max_bytes < 0:
+                    error = InvalidFetchSizeError(
+                        f"partition_max_bytes must be > 0, got {data.partition_max_bytes}")
+                else:
+                    # The first batch of the response comes whole (progress); later partitions
+                    # only what fits in what is left.
+                    budget = min(limit, max_bytes - total)
+                    try:
+                        read = (self._read_for_follower(request.replica_id, partition, data,
+                                                        answer, budget, monotonic_ms)
+                                if follower else
+                                self._read_for_consumer(partition, data, answer, budget,
+                                                        first=total == 0))
+                        total += read
+                    except TidelogError as e:
+                        error = e
+                    except Exception as e:  # a bug: answer it, keep serving the rest
+                        log.exception("broker %d: fetch of %s failed", self.broker_id,
+                                      partition.name)
+                        error = UnknownServerError(f"{type(e).__name__}: {e}")
+            if error is not None:
+                errors = True
+                self._set_error(answer, error, topic_id, data.partition_id, api)
+        return total, errors
+
+    def _read_for_consumer(self, partition: Partition, data: pb.FetchRequest.PartitionData,
+                           answer: pb.FetchResponse.PartitionData, budget: int, *,
+                           first: bool) -> int:
+        read = partition.read_for_consumer(data.fetch_offset, data.current_leader_epoch,
+                                           max(budget, 1))
+        batches = read.batches
+        size = sum(len(b) for b in batches)
+        if batches and not first and size > budget:
+            batches, size = [], 0  # does not fit behind earlier partitions (Kafka: KIP-74)
+        answer.high_watermark = answer.last_stable_offset = read.high_watermark
+        answer.log_start_offset = read.log_start_offset
+        answer.log_end_offset = read.log_end_offset
+        if batches:
+            answer.batches.extend(batches)
+            topic_metrics = partition.metrics
+            if topic_metrics is not None:
+                topic_metrics.bytes_out.inc(size)
+                topic_metrics.messages_out.inc(sum(parse_batch(b).record_count for b in batches))
+        return size
+
+    def _read_for_follower(self, replica_id: int, partition: Partition,
+                           data: pb.FetchRequest.PartitionData,
+                           answer: pb.FetchResponse.PartitionData, budget: int,
+                           monotonic_ms: int) -> int:
+        decision, batches = partition.serve_follower_fetch(
+            replica_id, data, max_bytes=max(budget, 0), monotonic_ms=monotonic_ms)
+        answer.high_watermark = answer.last_stable_offset = decision.high_watermark
+        answer.log_start_offset = decision.log_start_offset
+        answer.log_end_offset = decision.log_end_offset
+        if decision.diverging_epoch is not None:
+            answer.diverging_epoch.epoch = decision.diverging_epoch.epoch
+            answer.diverging_epoch.end_offset = decision.diverging_epoch.end_offset
+        if decision.error is not None:
+            raise decision.error
+        answer.batches.extend(batches)
+        return sum(len(b) for b in batches)
+
+    # --- ListOffsets, DescribeLogs, InitProducerId -------------------------------------------
+
+    async def handle_list_offsets(self, request: pb.ListOffsetsRequest
+                                  ) -> pb.ListOffsetsResponse:
+        started = time.perf_counter()
+        response = pb.ListOffsetsResponse()
+        for topic in request.topics:
+            answer = response.topics.add(name=topic.name)
+            for data in topic.partitions:
+                result = answer.partitions.add(partition_id=data.partition_id, timestamp=-1,
+                                               offset=-1, leader_epoch=-1)
+                topic_id, partition, error = self._lookup(None, topic.name, data.partition_id)
+                if error is None:
+                    assert partition is not None
+                    try:
+                        self._list_offset(partition, data, result)
+                    except TidelogError as e:
+                        error = e
+                if error is not None:
+                    self._set_error(result, error, topic_id, data.partition_id, "list_offsets")
+        if self.metrics is not None:
+            self.metrics.request_latency.labels("list_offsets").observe(
+                time.perf_counter() - started)
+        return response
+
+    def _list_offset(self, partition: Partition, data: pb.ListOffsetsRequest.PartitionData,
+                     result: pb.ListOffsetsResponse.PartitionData) -> None:
+        error = partition.state.check_leader_epoch(data.current_leader_epoch)
+        if error is not None:
+            raise error
+        plog = partition.log
+        hw = plog.high_watermark
+        timestamp = data.timestamp
+        if timestamp == _LATEST:
+            result.offset, result.leader_epoch = hw, _epoch_at(plog.epoch_entries, hw - 1)
+        elif timestamp == _EARLIEST:
+            start = plog.log_start_offset
+            result.offset, result.leader_epoch = start, _epoch_at(plog.epoch_entries, start)
+        elif timestamp == _MAX_TIMESTAMP:
+            # KIP-734: the record with the largest timestamp (below the HW).
+            segments = plog.segments
+            if segments:
+                largest = max(s.max_timestamp_ms for s in segments)
+                found = plog.offset_for_timestamp(largest, max_offset=hw)
+                if found is not None:
+                    result.offset, result.timestamp = found.offset, found.timestamp_ms
+                    result.leader_epoch = found.leader_epoch
+        elif timestamp >= 0:
+            found = plog.offset_for_timestamp(timestamp, max_offset=hw)
+            if found is not None:
+                result.offset, result.timestamp = found.offset, found.timestamp_ms
+                result.leader_epoch = found.leader_epoch
+        else:
+            raise InvalidRequestError(
+                f"timestamp {timestamp}: use -1 (latest), -2 (earliest), -3 (max timestamp) "
+                "or a time in ms")
+
+    async def handle_describe_logs(self, request: pb.DescribeLogsRequest
+                                   ) -> pb.DescribeLogsResponse:
+        started = time.perf_counter()
+        response = pb.DescribeLogsResponse(broker_id=self.broker_id)
+        wanted: dict[str, set[int]] | None = None
+        if request.topics:
+            wanted = {t.name: set(t.partitions) for t in request.topics}
+        for partition in sorted(self._partitions.values(),
+                                key=lambda p: (p.topic_name, p.partition_id)):
+            if wanted is not None:
+                ids = wanted.get(partition.topic_name)
+                if ids is None or (ids and partition.partition_id not in ids):
+                    continue
+            state, plog = partition.state, partition.log
+            response.partitions.add(
+                topic=partition.topic_name, partition_id=partition.partition_id,
+                is_leader=state.is_leader, leader_epoch=state.leader_epoch,
+                log_start_offset=plog.log_start_offset, log_end_offset=plog.log_end_offset,
+                high_watermark=plog.high_watermark, size_bytes=plog.size_bytes)
+        for name, ids in (wanted or {}).items():
+            topic = self._image.topics.get(name)
+            missing = [i for i in ids if topic is None or i not in topic.partitions]
+            if topic is None and not ids:
+                missing = [-1]
+            for partition_id in sorted(missing):
+                response.partitions.add(topic=name, partition_id=partition_id,
+                                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if self.metrics is not None:
+            self.metrics.request_latency.labels("describe_logs").observe(
+                time.perf_counter() - started)
+        return response
+
+    async def handle_init_producer_id(self, request: pb.InitProducerIdRequest
+                                      ) -> pb.InitProducerIdResponse:
+        started = time.perf_counter()
+        response = await self.producer_ids.handle_init_producer_id(request)
+        if self.metrics is not None:
+            self.metrics.request_latency.labels("init_producer_id").observe(
+                time.perf_counter() - started)
+        return response
+
+    # --- AlterPartition ------------------------------------------------------------------------
+
+    async def _send_isr_proposals(self) -> None:
+        """One AlterPartition in flight, carrying every pending proposal (Kafka's
+        AlterPartitionManager); failed sends back off, doubling."""
+        backoff_ms = 0
+        while True:
+            await self._isr_wake.wait()
+            self._isr_wake.clear()
+            if backoff_ms:
+                await asyncio.sleep(backoff_ms / 1000)
+            batch, self._isr_pending = self._isr_pending, {}
+            if not batch:
+                continue
+            try:
+                failed = await self._send_alter_partition(list(batch.values()))
+            except Exception:
+                log.exception("broker %d: AlterPartition round failed", self.broker_id)
+                failed = True
+            if failed:
+                backoff_ms = min(ALTER_PARTITION_BACKOFF_MAX_MS,
+                                 max(ALTER_PARTITION_BACKOFF_MS, backoff_ms * 2))
+            else:
+                backoff_ms = 0
+
+    async def _send_alter_partition(self, batch: list[tuple[Partition, ProposeIsr]]) -> bool:
+        """Send one AlterPartition; True when something must be re-sent."""
+        request = cpb.AlterPartitionRequest(broker_id=self.broker_id,
+                                            broker_epoch=self._broker_epoch())
+        topics: dict[bytes, cpb.AlterPartitionRequest.TopicData] = {}
+        for partition, proposal in batch:
+            topic = topics.get(partition.topic_id)
+            if topic is None:
+                topic = topics[partition.topic_id] = request.topics.add(
+                    topic_id=partition.topic_id)
+            topic.partitions.add(partition_id=partition.partition_id,
+                                 leader_epoch=proposal.leader_epoch,
+                                 new_isr=proposal.new_isr,
+                                 partition_epoch=proposal.partition_epoch)
+        results: dict[PartitionKey, Any] = {}
+        request_error: int = ErrorCode.NONE
+        try:
+            response = await self._controller.call("AlterPartition", request)
+            request_error = response.error_code
+            for topic_result in response.topics:
+                for result in topic_result.partitions:
+                    results[(topic_result.topic_id, result.partition_id)] = result
+        except TidelogError as error:
+            log.info("broker %d: AlterPartition failed: %s", self.broker_id, error)
+            request_error = error.code
+        now_ms = _monotonic_ms()
+        for partition, proposal in batch:
+            if partition.closed or self._partitions.get(partition.key) is not partition:
+                continue
+            result = results.get(partition.key)
+            if request_error != ErrorCode.NONE or result is None:
+                code = request_error if request_error != ErrorCode.NONE \
+                    else ErrorCode.UNKNOWN_SERVER_ERROR
+                partition.on_alter_partition_response(proposal, error_code=code, now_ms=now_ms)
+                continue
+            partition.on_alter_partition_response(
+                proposal, error_code=result.error_code, leader_id=result.leader,
+                leader_epoch=result.leader_epoch, isr=list(result.isr),
+                partition_epoch=result.partition_epoch, now_ms=now_ms)
+            if result.error_code != ErrorCode.NONE:
+                log.info("broker %d: AlterPartition %s %s: %s %s", self.broker_id,
+                         partition.name, list(proposal.new_isr),
+                         ErrorCode.Name(result.error_code), result.error_message)
+        # Something must be re-sent when the core asked for the very same proposal again.
+        return any(self._isr_pending.get(partition.key, (None, None))[1] == proposal
+                   for partition, proposal in batch)
+
+    # --- timers --------------------------------------------------------------------------------
+
+    async def _run_timers(self) -> None:
+        config = self.config
+        now = _monotonic_ms()
+        due = {
+            "isr": now + config.replica_lag_time_max_ms // 2,
+            "hw": now + config.hw_checkpoint_interval_ms,
+            "retention": now + config.retention_check_interval_ms,
+            "producers": now + config.producer_state_save_interval_ms,
+            "expire": now + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
+            "gauges": now,
+        }
+        periods = {
+            "isr": max(1, config.replica_lag_time_max_ms // 2),
+            "hw": config.hw_checkpoint_interval_ms,
+            "retention": config.retention_check_interval_ms,
+            "producers": config.producer_state_save_interval_ms,
+            "expire": PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
+            "gauges": GAUGES_INTERVAL_MS,
+        }
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+            now = _monotonic_ms()
+            for job, at in due.items():
+                if now >= at:
+                    due[job] = now + periods[job]
+                    self.run_job(job)
+            self._guarded("flush", lambda: self.storage.maybe_flush(_wall_ms()))
+
+    def run_job(self, job: str) -> None:
+        """Run one periodic job now (the timer calls this; tests too)."""
+        jobs: dict[str, Callable[[], object]] = {
+            "isr": self._tick_leaders,
+            "hw": lambda: self.storage.checkpoint_high_watermarks(),
+            "retention": self._enforce_retention,
+            "producers": lambda: [p.maybe_save_producer_state() for p in self.partitions()],
+            "expire": lambda: [p.producers.maybe_expire(_wall_ms()) for p in self.partitions()],
+            "gauges": self._update_gauges,
+        }
+        self._guarded(job, jobs[job])
+
+    def _guarded(self, what: str, job: Callable[[], object]) -> None:
+        try:
+            job()
+        except KafkaStorageErrorError as error:
+            log.error("broker %d: %s: %s", self.broker_id, what, error)
+        except Exception:
+            # The timer must survive a bug in one job: the others keep the broker healthy.
+            log.exception("broker %d: periodic %s failed", self.broker_id, what)
+
+    def _tick_leaders(self) -> None:
+        now_ms = _monotonic_ms()
+        for partition in self.partitions():
+            partition.tick(now_ms)
+        self._maybe_delete_strays()
+
+    def _enforce_retention(self) -> None:
+        now_ms = _wall_ms()
+        removed = 0
+        for partition in self.partitions():
+            try:
+                removed += partition.enforce_retention(now_ms)
+            except TidelogError as error:
+                log.warning("broker %d: retention of %s failed: %s", self.broker_id,
+                            partition.name, error)
+        if removed and self.metrics is not None:
+            self.metrics.retention_bytes_deleted.inc(removed)
+
+    def _update_gauges(self) -> None:
+        now_ms = _wall_ms()
+        self._maybe_delete_strays()
+        for partition in self.partitions():
+            partition.maybe_flush(now_ms)
+        metrics = self.metrics
+        if metrics is None:
+            return
+        leaders = under_replicated = under_min_isr = waiting = 0
+        lags: list[tuple[str, int, int, int]] = []
+        hw_lags: list[tuple[str, int, int]] = []
+        for partition in self._partitions.values():
+            state = partition.state
+            if not state.is_leader:
+                continue
+            leaders += 1
+            waiting += partition.acks_waiting
+            under_replicated += len(state.isr) < len(state.replicas)
+            under_min_isr += state.is_under_min_isr(partition.config.min_insync_replicas)
+            leo = partition.log.log_end_offset
+            hw_lags.append((partition.topic_name, partition.partition_id,
+                            leo - partition.log.high_watermark))
+            for replica in state.replicas:
+                follower = state.follower_state(replica)
+                if follower is not None:
+                    lag = -1 if follower.log_end_offset < 0 else leo - follower.log_end_offset
+                    lags.append((partition.topic_name, partition.partition_id, replica, lag))
+        metrics.leader_count.set(leaders)
+        metrics.partition_count.set(len(self._partitions))
+        metrics.under_replicated_partitions.set(under_replicated)
+        metrics.under_min_isr_partitions.set(under_min_isr)
+        metrics.acks_all_waiting.set(waiting)
+        metrics.delayed_fetches.labels("follower").set(len(self._follower_waiters))
+        metrics.delayed_fetches.labels("consumer").set(len(self._consumer_waiters))
+        metrics.set_follower_lags(lags, hw_lags)
+
+
+def _epoch_at(entries: list[tuple[int, int]], offset: int) -> int:
+    """The leader epoch whose range holds ``offset`` (-1 when none)."""
+    epoch = -1
+    for entry_epoch, start in entries:
+        if start > offset:
+            break
+        epoch = entry_epoch
+    return epoch
