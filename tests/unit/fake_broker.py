@@ -218,6 +218,10 @@ class FakeCluster:
         self._on_loop(lambda: self.faults.append(fault))
         return fault
 
+    def clear_faults(self) -> None:
+        """Forget every injected fault that has not fired yet."""
+        self._on_loop(self.faults.clear)
+
     def set_delay(self, rpc: str, delay_ms: int) -> None:
         self._on_loop(lambda: self.delays_ms.__setitem__(rpc, delay_ms))
 

@@ -12,13 +12,14 @@ order), which errors come back typed with their code. Waits are on futures and e
 from __future__ import annotations
 
 import itertools
-import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from fake_broker import FakeCluster, run_in_thread
 
 from tidelog.client import Producer, RecordMetadata
+from tidelog.client._accumulator import estimate_record_bytes
 from tidelog.client._partitioner import partition_for_key
 from tidelog.compression import codec_from_name
 from tidelog.errors import (
@@ -31,7 +32,7 @@ from tidelog.errors import (
     TidelogError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.record_batch import parse_batch
+from tidelog.record_batch import NewRecord, parse_batch
 
 WAIT_S = 15  # upper bound on any wait; tests finish far sooner
 FAST = dict(request_timeout_ms=2_000, delivery_timeout_ms=10_000, retry_backoff_ms=10,
@@ -240,8 +241,7 @@ def test_delivery_timeout_fails_with_a_timeout(cluster: FakeCluster, topic: str)
           pytest.raises(RequestTimedOutError, match="delivery_timeout_ms")):
         producer.send(topic, b"v").result(WAIT_S)
     assert values(cluster, topic) == []
-    for fault in cluster.faults:
-        fault.times = 0
+    cluster.clear_faults()
 
 
 def test_a_fenced_producer_fails_for_good(cluster: FakeCluster, topic: str) -> None:
@@ -296,27 +296,34 @@ def own_cluster() -> Iterator[FakeCluster]:
 
 def test_back_pressure_blocks_then_times_out_then_recovers(own_cluster: FakeCluster) -> None:
     fc = own_cluster
-    settings = dict(FAST, max_block_ms=200, delivery_timeout_ms=60_000)
-    with Producer(fc.bootstrap, buffer_memory=2_000, linger_ms=0, **settings) as producer:
-        assert producer.send("t", b"warm-up").result(WAIT_S).offset == 0
-        fc.stop_broker(1)  # the leader is gone: records stay buffered
-        queued = []
-        with pytest.raises(RequestTimedOutError, match="buffer_memory"):
-            for _ in range(100):  # bounded: 100 x 200 B is ten times the buffer
-                queued.append(producer.send("t", b"x" * 200))
-        blocked = threading.Event()
+    record = b"x" * 200
+    fits = 2_000 // estimate_record_bytes(NewRecord(None, record))
+    impatient = Producer(fc.bootstrap, buffer_memory=2_000, linger_ms=0,
+                         **dict(FAST, max_block_ms=200, delivery_timeout_ms=60_000))
+    patient = Producer(fc.bootstrap, buffer_memory=2_000, linger_ms=0,
+                       **dict(FAST, max_block_ms=WAIT_S * 1000, delivery_timeout_ms=60_000))
+    for producer in (impatient, patient):
+        assert producer.partitions_for("t") == [0]  # metadata while the leader is up
+    fc.stop_broker(1)  # the leader is gone: records stay buffered
+    with pytest.raises(RequestTimedOutError, match="buffer_memory"):
+        for _ in range(10 * fits):  # bounded: ten times what fits
+            impatient.send("t", record)
+    impatient.close(timeout_ms=0)
 
-        def send_blocking() -> RecordMetadata:
-            blocked.set()
-            return producer.send("t", b"after").result(WAIT_S)
-
-        later = run_in_thread(send_blocking)
-        blocked.wait(WAIT_S)
-        fc.start_broker(1)
-        assert later.result(WAIT_S).offset == len(queued) + 1
-        assert [f.result(WAIT_S).offset for f in queued] == list(range(1, len(queued) + 1))
+    queued = [patient.send("t", record) for _ in range(fits)]  # these fit
+    last = b"y" * 200  # as large: it does not fit
+    later = run_in_thread(lambda: patient.send("t", last).result(WAIT_S))
+    for _ in range(int(WAIT_S * 100)):  # bounded poll until the sender thread is blocked
+        if patient._memory_waiters == 1:
+            break
+        time.sleep(0.01)
+    assert patient._memory_waiters == 1 and not later.done()
+    fc.start_broker(1)
+    assert later.result(WAIT_S).offset == fits
+    assert [f.result(WAIT_S).offset for f in queued] == list(range(fits))
+    patient.close()
     log = values(fc, "t")
-    assert len(log) == len(queued) + 2 and log[-1] == b"after"
+    assert len(log) == fits + 1 and log[-1] == last
 
 
 def test_leader_restart_mid_produce(own_cluster: FakeCluster) -> None:

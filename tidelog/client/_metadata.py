@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -246,6 +247,7 @@ class MetadataManager:
         self._rng = rng or random.Random()
         # Copy-on-write so other threads can add topics while the loop iterates the old set.
         self._topics: frozenset[str] = frozenset()
+        self._topics_lock = threading.Lock()
         self._all_topics = False
         self._failures = 0
         self._last_attempt_ms = -(10**12)
@@ -260,9 +262,10 @@ class MetadataManager:
     # ------------------------------------------------------------------ any thread
     def add_topics(self, topics: Iterable[str]) -> bool:
         """Track these topics from now on; True when one was new (then refresh)."""
-        new = frozenset(topics) - self._topics
-        if new:
-            self._topics = self._topics | new
+        with self._topics_lock:
+            new = frozenset(topics) - self._topics
+            if new:
+                self._topics = self._topics | new
         return bool(new)
 
     def set_all_topics(self, value: bool) -> None:
@@ -418,8 +421,10 @@ class MetadataManager:
                 continue
 
     def _missing(self, topic: str, info: TopicInfo | None, min_partitions: int) -> TidelogError:
-        if self.last_error is not None and info is None:
-            return _unreachable(self.bootstrap, self.last_error)
+        if info is None:
+            if self.last_error is not None:
+                return _unreachable(self.bootstrap, self.last_error)
+            return RequestTimedOutError(f"no metadata for topic {topic!r} arrived in time")
         if info is not None and info.exists:
             return UnknownTopicOrPartitionError(
                 f"partition {min_partitions - 1} of topic {topic!r} does not exist (it has "
