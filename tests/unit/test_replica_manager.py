@@ -59,11 +59,12 @@ async def until(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S)
 
 
 def batch(*values: bytes, producer_id: int = -1, producer_epoch: int = -1,
-          base_sequence: int = -1, timestamp_ms: int | None = None) -> bytes:
+          base_sequence: int = -1, timestamp_ms: int | None = None,
+          max_bytes: int = 64 << 20) -> bytes:
     now = int(time.time() * 1000)
     return build_batch([NewRecord(b"k", v, timestamp_ms=timestamp_ms) for v in values],
                        now_ms=now, producer_id=producer_id, producer_epoch=producer_epoch,
-                       base_sequence=base_sequence)
+                       base_sequence=base_sequence, max_bytes=max_bytes)
 
 
 class Network:

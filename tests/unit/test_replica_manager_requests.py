@@ -1,0 +1,341 @@
+"""The data plane's answers to what clients send, and its housekeeping, in-process.
+
+What it checks: idempotent producers (InitProducerId from controller blocks, a retried batch
+answered with its original offset on the leader and on a new leader after failover, gaps and
+older producer epochs refused, producer state rebuilt from the log after a restart with a stale
+snapshot); bad input answered with per-partition codes while the broker keeps serving
+(CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_REQUIRED_ACKS,
+OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, INVALID_FETCH_SIZE, follower
+fetches from a stale broker epoch); LogAppendTime topics; DescribeLogs; a deleted topic's data
+removed on every broker, and a log left on a broker that was down during the delete removed
+once it is back; retention run by the timer job; metrics.
+
+How: the in-process cluster of tests/unit/test_replica_manager.py (real ControllerLogic, real
+RocksDB per broker, in-memory replica fetches), one scenario per test under ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from test_replica_manager import Cluster, batch, scenario, until, values
+
+from broker.replica_manager import ReplicaManagerConfig
+from broker.replication import ProducerStateTable
+from broker.storage import Storage
+from tidelog.record_batch import decode_records, parse_batch
+from tidelog.v1 import broker_pb2 as pb
+from tidelog.v1 import controller_pb2 as cpb
+from tidelog.v1.common_pb2 import ErrorCode, TimestampType
+
+# --- idempotent producers ------------------------------------------------------------------------
+
+
+async def init_producer(c: Cluster, broker: int, producer_id: int = -1,
+                        producer_epoch: int = -1) -> tuple[int, int]:
+    answer = await c.managers[broker].handle_init_producer_id(
+        pb.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch))
+    assert answer.error_code == ErrorCode.NONE, answer
+    return answer.producer_id, answer.producer_epoch
+
+
+def test_init_producer_id_hands_out_ids_from_controller_blocks(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        first = await init_producer(c, 1)
+        second = await init_producer(c, 1)
+        other = await init_producer(c, 2)
+        assert first[1] == second[1] == other[1] == 0
+        assert second[0] == first[0] + 1
+        assert other[0] not in (first[0], second[0]), "brokers get disjoint blocks"
+        assert await init_producer(c, 1, first[0], 0) == (first[0], 1), "epoch bump"
+        bumped = await init_producer(c, 1, first[0], 32767)
+        assert bumped[0] != first[0] and bumped[1] == 0, "a new id once the epoch is exhausted"
+        refused = await c.managers[1].handle_init_producer_id(
+            pb.InitProducerIdRequest(transactional_id="tx", producer_id=-1))
+        assert refused.error_code == ErrorCode.INVALID_REQUEST
+    scenario(tmp_path, body)
+
+
+def test_duplicates_gaps_and_fenced_producer_epochs(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]], {"min.insync.replicas": "2"})
+        pid, epoch = await init_producer(c, 1)
+        first = batch(b"a", b"b", producer_id=pid, producer_epoch=epoch, base_sequence=0)
+        assert (await c.produce("t", first)).base_offset == 0
+        assert (await c.produce("t", batch(b"other"))).base_offset == 2
+        retry = await c.produce("t", first)
+        assert (retry.error_code, retry.base_offset) == (ErrorCode.NONE, 0), \
+            "a retried batch is answered with its original offset"
+        assert c.leo(1, "t") == 3, "and not appended again"
+        gap = await c.produce("t", batch(b"c", producer_id=pid, producer_epoch=epoch,
+                                         base_sequence=5))
+        assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        nxt = await c.produce("t", batch(b"c", producer_id=pid, producer_epoch=epoch,
+                                         base_sequence=2))
+        assert nxt.base_offset == 3
+        _, new_epoch = await init_producer(c, 1, pid, epoch)
+        assert (await c.produce("t", batch(b"d", producer_id=pid, producer_epoch=new_epoch,
+                                           base_sequence=0))).error_code == ErrorCode.NONE
+        zombie = await c.produce("t", batch(b"z", producer_id=pid, producer_epoch=epoch,
+                                            base_sequence=3))
+        assert zombie.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+        # Every follower applied the headers: a new leader knows the producer too.
+        await c.converged("t", (1, 2, 3))
+        await c.crash_and_fence(1)
+        again = await c.produce("t", batch(b"d", producer_id=pid, producer_epoch=new_epoch,
+                                           base_sequence=0))
+        assert (again.error_code, again.base_offset) == (ErrorCode.NONE, 4)
+        assert values(c.log_batches(c.leader_of("t"), "t")) == [b"a", b"b", b"other", b"c",
+                                                                b"d"]
+    scenario(tmp_path, body)
+
+
+def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1]])
+        pid, epoch = await init_producer(c, 1)
+        batches = [batch(b"v%d" % i, producer_id=pid, producer_epoch=epoch, base_sequence=i)
+                   for i in range(3)]
+        for data in batches:
+            assert (await c.produce("t", data)).error_code == ErrorCode.NONE
+        topic_id = c.controller.topic_id("t")
+        await c.stop(1)
+        # A crash before the periodic save: the stored snapshot is older than the log.
+        with Storage.open(c.data_dir(1), cluster_id="test-cluster", node_id=1) as storage:
+            storage.log(topic_id, 0).put_producer_state(ProducerStateTable().encode())
+        await c.start(1)
+        retry = await c.produce("t", batches[1])
+        assert (retry.error_code, retry.base_offset) == (ErrorCode.NONE, 1)
+        gap = await c.produce("t", batch(b"x", producer_id=pid, producer_epoch=epoch,
+                                         base_sequence=7))
+        assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert c.leo(1, "t") == 3
+    scenario(tmp_path, body, broker_ids=(1,))
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def test_bad_produce_input_is_answered_per_partition(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]], {"max.message.bytes": str(4 << 20),
+                                       "segment.bytes": str(1 << 20)})
+        c.create_topic("small", [[1]], {"max.message.bytes": "1000"})
+        good = batch(b"ok")
+        flipped = bytearray(good)
+        flipped[-3] ^= 0xFF
+        cases = {
+            "corrupt": (await c.produce("t", bytes(flipped))).error_code,
+            "garbage": (await c.produce("t", b"\xff\x00 not a batch")).error_code,
+            "empty": (await c.produce("t", b"")).error_code,
+            "too large": (await c.produce("small", batch(b"x" * 2000))).error_code,
+            "above segment.bytes": (await c.produce(
+                "t", batch(b"y" * (1 << 20), b"y" * (1 << 19)))).error_code,
+            "acks 2": (await c.produce("t", good, acks=2)).error_code,
+        }
+        assert cases == {
+            "corrupt": ErrorCode.CORRUPT_MESSAGE, "garbage": ErrorCode.CORRUPT_MESSAGE,
+            "empty": ErrorCode.CORRUPT_MESSAGE, "too large": ErrorCode.MESSAGE_TOO_LARGE,
+            "above segment.bytes": ErrorCode.RECORD_LIST_TOO_LARGE,
+            "acks 2": ErrorCode.INVALID_REQUIRED_ACKS}
+        assert c.leo(1, "t") == 0
+        ok = await c.produce("t", good)
+        assert (ok.error_code, ok.base_offset) == (ErrorCode.NONE, 0), "still serving"
+    scenario(tmp_path, body)
+
+
+def test_oversize_request_is_record_list_too_large(tmp_path: Path) -> None:
+    config = ReplicaManagerConfig(produce_request_bytes_max=10_000,
+                                  replica_fetch_wait_max_ms=100)
+
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1]])
+        request = pb.ProduceRequest(acks=1)
+        topic = request.topics.add(name="t")
+        for _ in range(3):
+            topic.partitions.add(partition_id=0, batch=batch(b"z" * 4_000))
+        response = await c.managers[1].handle_produce(request)
+        assert [p.error_code for p in response.topics[0].partitions] == \
+            [ErrorCode.RECORD_LIST_TOO_LARGE] * 3
+        assert c.leo(1, "t") == 0
+    scenario(tmp_path, body, broker_ids=(1,), config=config)
+
+
+def test_bad_fetch_input_is_answered_per_partition(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]])
+        await c.produce("t", batch(b"a", b"b"))
+        assert (await c.fetch("t", -1)).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert (await c.fetch("t", 3)).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert (await c.fetch("t", 2)).error_code == ErrorCode.NONE, "the LEO is in range"
+        assert (await c.fetch("t", 0, leader_epoch=0)).error_code == ErrorCode.NONE
+        assert (await c.fetch("t", 0, leader_epoch=3)).error_code == \
+            ErrorCode.UNKNOWN_LEADER_EPOCH
+        follower = await c.fetch("t", 0, broker=2)
+        assert follower.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, "consumers read leaders"
+        assert follower.current_leader.leader_id == 1
+        assert (await c.fetch("t", 0, partition_max_bytes=-1)).error_code == \
+            ErrorCode.INVALID_FETCH_SIZE
+        assert (await c.fetch("nope", 0, broker=1)).error_code == \
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        negative = await c.managers[1].handle_fetch(pb.FetchRequest(max_bytes=-1))
+        assert negative.error_code == ErrorCode.INVALID_FETCH_SIZE
+        got = await c.fetch("t", 0)
+        assert values(list(got.batches)) == [b"a", b"b"], "still serving"
+    scenario(tmp_path, body)
+
+
+def test_fenced_leader_epoch_after_a_leader_change(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]])
+        await c.produce("t", batch(b"a"))
+        await c.converged("t", (1, 2, 3))
+        await c.crash_and_fence(1)
+        leader = c.leader_of("t")
+        stale = await c.fetch("t", 0, leader_epoch=0)
+        assert stale.error_code == ErrorCode.FENCED_LEADER_EPOCH
+        assert stale.current_leader.leader_id == leader
+        assert stale.current_leader.leader_epoch == 1
+        request = pb.ListOffsetsRequest()
+        request.topics.add(name="t").partitions.add(partition_id=0, timestamp=-1,
+                                                    current_leader_epoch=0)
+        listed = await c.managers[leader].handle_list_offsets(request)
+        assert listed.topics[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    scenario(tmp_path, body)
+
+
+def test_replica_fetch_from_an_old_incarnation_is_stale_broker_epoch(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]])
+        request = pb.FetchRequest(replica_id=2, replica_broker_epoch=0)
+        request.topics.add(topic_id=c.controller.topic_id("t")).partitions.add(
+            partition_id=0, fetch_offset=0)
+        answer = await c.managers[1].handle_replica_fetch(request)
+        assert answer.error_code == ErrorCode.STALE_BROKER_EPOCH
+        nobody = await c.managers[1].handle_replica_fetch(pb.FetchRequest(replica_id=-1))
+        assert nobody.error_code == ErrorCode.INVALID_REQUEST
+    scenario(tmp_path, body)
+
+
+# --- topic configs, describe -------------------------------------------------------------------
+
+
+def test_log_append_time_topics_stamp_the_leaders_clock(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]], {"message.timestamp.type": "LogAppendTime"})
+        before = int(time.time() * 1000)
+        answer = await c.produce("t", batch(b"a", timestamp_ms=5))
+        assert answer.log_append_time_ms >= before
+        await c.converged("t", (1, 2))
+        stored = parse_batch(c.log_batches(2, "t")[0])
+        assert stored.timestamp_type == TimestampType.LOG_APPEND_TIME
+        assert stored.log_append_time_ms == answer.log_append_time_ms
+        got = await c.fetch("t", 0)
+        record = decode_records(parse_batch(got.batches[0]))[0]
+        assert record.timestamp_ms == answer.log_append_time_ms, "CRC still valid"
+    scenario(tmp_path, body)
+
+
+def test_describe_logs(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2], [2, 1]])
+        await c.produce("t", batch(b"a", b"b"))
+        described = await c.managers[1].handle_describe_logs(pb.DescribeLogsRequest())
+        rows = {(p.topic, p.partition_id): p for p in described.partitions}
+        assert described.broker_id == 1 and set(rows) == {("t", 0), ("t", 1)}
+        assert rows[("t", 0)].is_leader and rows[("t", 0)].log_end_offset == 2
+        assert rows[("t", 0)].size_bytes > 0 and not rows[("t", 1)].is_leader
+        request = pb.DescribeLogsRequest()
+        request.topics.add(name="t", partitions=[1, 9])
+        some = await c.managers[1].handle_describe_logs(request)
+        assert [(p.partition_id, p.error_code) for p in some.partitions] == [
+            (1, ErrorCode.NONE), (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    scenario(tmp_path, body)
+
+
+# --- deletion, strays, retention, metrics --------------------------------------------------------
+
+
+def test_deleted_topic_data_goes_from_every_broker_and_from_one_that_was_down(tmp_path: Path
+                                                                             ) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        topic_id = c.create_topic("t", [[1, 2, 3]])
+        await c.produce("t", batch(b"a"))
+        await c.converged("t", (1, 2, 3))
+        await c.crash_and_fence(3)
+        response = c.controller.submit(c.controller.logic.handle_delete_topics(
+            cpb.DeleteTopicsRequest(names=["t"]), c.controller.now_ms)).response
+        assert response.error_code == ErrorCode.NONE, response
+        c.publish()
+        for broker in (1, 2):
+            assert c.managers[broker].partition(topic_id, 0) is None
+            assert c.managers[broker].storage.partitions() == []
+        manager = await c.restart(3)
+        assert manager.partition(topic_id, 0) is None
+        manager.run_job("gauges")  # the periodic stray check, once caught up
+        assert manager.storage.partitions() == []
+    scenario(tmp_path, body)
+
+
+def test_retention_job_deletes_old_data_on_leader_and_followers(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]], {"retention.ms": "60000"})
+        for i in range(3):
+            await c.produce("t", batch(b"old-%d" % i, timestamp_ms=1_000))
+        await c.converged("t", (1, 2))
+        for broker in (1, 2):
+            c.managers[broker].run_job("retention")
+        request = pb.ListOffsetsRequest()
+        request.topics.add(name="t").partitions.add(partition_id=0, timestamp=-2)
+        earliest = await c.managers[1].handle_list_offsets(request)
+        assert earliest.topics[0].partitions[0].offset == 3
+        assert (await c.produce("t", batch(b"new"))).base_offset == 3
+        got = await c.fetch("t", 3)
+        assert values(list(got.batches)) == [b"new"]
+        registry = c.registries[1]
+        assert (registry.get_sample_value("tidelog_broker_retention_bytes_deleted_total") or 0) > 0
+    scenario(tmp_path, body)
+
+
+def test_metrics(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]])
+        await c.produce("t", batch(b"a", b"b"))
+        await c.fetch("t", 0)
+        c.network.cut = {3}
+        await c.produce("t", batch(b"c"), acks=1)
+        await until(lambda: c.leo(2, "t") == 3, "follower 2 caught up")
+        c.managers[1].run_job("gauges")
+        registry = c.registries[1]
+
+        def sample(name: str, **labels: str) -> float:
+            value = registry.get_sample_value(f"tidelog_broker_{name}", labels)
+            assert value is not None, name
+            return value
+
+        assert sample("bytes_in_total", topic="t") > 0
+        assert sample("messages_in_total", topic="t") == 3
+        assert sample("messages_out_total", topic="t") == 2
+        assert sample("request_latency_seconds_count", api="produce") == 2
+        assert sample("leader_count") == 1 and sample("partition_count") == 1
+        assert sample("follower_lag_messages", topic="t", partition="0", follower="2") == 0
+        assert sample("follower_lag_messages", topic="t", partition="0", follower="3") > 0
+        assert sample("under_replicated_partitions") == 0, "the ISR has not shrunk yet"
+        assert (c.registries[2].get_sample_value("tidelog_broker_replication_bytes_in_total",
+                                                 {"topic": "t"}) or 0) > 0
+    scenario(tmp_path, body)
