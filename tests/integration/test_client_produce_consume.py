@@ -129,6 +129,11 @@ def leader_of(cluster: ClusterHarness, name: str, partition: int) -> int:
             partition].leader
 
 
+def broker_name(cluster: ClusterHarness, broker_id: int) -> str:
+    """The process name of a broker id (names count from 1, ids from 101)."""
+    return next(n.name for n in cluster.local.brokers() if n.node_id == broker_id)
+
+
 def read_all(cluster: ClusterHarness, tps: list[TopicPartition]) -> list[ConsumerRecord]:
     with Consumer(cluster.bootstrap, auto_offset_reset="earliest", **CONSUMER) as consumer:
         ends = consumer.end_offsets(tps)
@@ -182,13 +187,22 @@ def test_leader_failover_mid_produce_loses_and_duplicates_nothing(healthy: Clust
                 failed.append(error)
 
     with Producer(healthy.bootstrap, linger_ms=2, batch_size=2_000, **PRODUCER) as producer:
-        sending = threading.Thread(target=lambda: [
-            producer.send(name, b"%06d" % i, on_delivery=on_delivery) for i in range(total)])
+        send_errors: list[BaseException] = []
+
+        def send_all() -> None:
+            try:
+                for i in range(total):
+                    producer.send(name, b"%06d" % i, on_delivery=on_delivery)
+            except BaseException as e:  # reported by the test, not lost in the thread
+                send_errors.append(e)
+
+        sending = threading.Thread(target=send_all)
         sending.start()
         assert halfway.wait(WAIT_S), "a quarter of the records were never acknowledged"
         old = leader_of(healthy, name, 0)
-        healthy.kill(f"broker-{old}")
+        healthy.kill(broker_name(healthy, old))
         sending.join(WAIT_S)
+        assert not sending.is_alive() and not send_errors, send_errors
         producer.flush(int(WAIT_S * 1000))
     assert not failed, f"acks=all records failed: {failed[:3]}"
     assert len(acked) == total
@@ -209,7 +223,7 @@ def test_consumer_follows_the_leader(healthy: ClusterHarness) -> None:
         consumer.assign([tp])
         got = eventually(lambda: _polled(consumer, 1), what="the first record")
         old = leader_of(healthy, name, 0)
-        healthy.stop(f"broker-{old}")  # controlled shutdown moves the leadership first
+        healthy.stop(broker_name(healthy, old))  # controlled shutdown moves the leadership first
         producer.send(name, b"after").result(WAIT_S)
         got += eventually(lambda: _polled(consumer, 1), what="a record from the new leader")
     assert [r.value for r in got] == [b"before", b"after"]
@@ -230,7 +244,7 @@ def test_back_pressure_and_timeouts(healthy: ClusterHarness) -> None:
                     max_block_ms=500)
     with Producer(healthy.bootstrap, buffer_memory=20_000, linger_ms=0, **settings) as producer:
         producer.send(name, b"warm-up").result(WAIT_S)
-        healthy.pause(f"broker-{leader}")
+        healthy.pause(broker_name(healthy, leader))
         queued = []
         with pytest.raises(RequestTimedOutError, match="buffer_memory"):
             for _ in range(1_000):  # bounded: 1000 x 1 KB is fifty times the buffer
@@ -238,7 +252,7 @@ def test_back_pressure_and_timeouts(healthy: ClusterHarness) -> None:
         for future in queued:
             with pytest.raises(RequestTimedOutError):
                 future.result(WAIT_S)
-        healthy.resume(f"broker-{leader}")
+        healthy.resume(broker_name(healthy, leader))
         meta = eventually(lambda: producer.send(name, b"back").result(WAIT_S),
                           what="a send after the broker resumed")
         assert meta.offset >= 1

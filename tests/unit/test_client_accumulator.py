@@ -1,12 +1,13 @@
 """The producer's accumulator and idempotence bookkeeping, as plain data structures.
 
 No broker, no clock: every call takes ``now_ms``. Checks batching per partition up to
-``batch_size``, readiness (full, lingered, flush/close/memory waiters, retry backoff, busy
-leaders, unknown leaders), draining one batch per partition per ready leader within the request
-size, re-enqueueing in sequence order, expiry after ``delivery_timeout_ms``, buffer accounting for
-back-pressure, KIP-480's abort-on-new-batch, and the idempotence rules: sequences stamped on
-first drain, at most max_in_flight per partition, a retried batch only when first and alone,
-rollback of an unbuilt batch, and the reset of sequences with a new producer epoch.
+``batch_size``; readiness (full, lingered, flush/close/memory waiters, exponential retry backoff
+skipped for a new leader, busy leaders, unknown leaders); draining one batch per partition per
+ready leader within the request size; re-enqueueing in sequence order; expiry after
+``delivery_timeout_ms``; buffer accounting for back-pressure; KIP-480's abort-on-new-batch; and
+the idempotence rules: sequences stamped on first drain, at most max_in_flight per partition, a
+retried batch only when first and alone, rollback of an unbuilt batch, and the reset of
+sequences with a new producer epoch.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def rec(size: int = 10) -> NewRecord:
 
 def make(**kw: int) -> RecordAccumulator[int]:
     args = dict(batch_size=200, linger_ms=10, buffer_memory=10_000, retry_backoff_ms=100,
-                delivery_timeout_ms=1_000)
+                delivery_timeout_ms=10_000)
     args.update(kw)
     return RecordAccumulator(**args)
 
@@ -140,6 +141,34 @@ def test_drain_skips_what_can_send_refuses_and_backing_off_retries() -> None:
     assert check.ready_nodes == frozenset() and check.next_check_delay_ms == 60
     assert drain_all(acc, 110)[1] == [batch]
     assert batch.attempts == 2
+
+
+def test_retry_backoff_doubles_up_to_its_cap() -> None:
+    acc = make(linger_ms=0, retry_backoff_ms=100, retry_backoff_max_ms=350)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    now = 0
+    waits = []
+    for _ in range(4):
+        [batch] = drain_all(acc, now)[1]
+        acc.reenqueue(batch, now_ms=now)
+        waits.append(acc.ready(now, leader_of).next_check_delay_ms)
+        now += 1_000
+    assert waits == [100, 200, 350, 350]
+
+
+def test_a_new_leader_is_tried_without_backoff() -> None:
+    leaders = dict(LEADERS)
+    acc = make(linger_ms=0, retry_backoff_ms=1_000)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    [batch] = acc.drain({1}, leaders.get, now_ms=0, max_request_bytes=10**9,
+                        can_send=lambda b: True)[1]
+    acc.reenqueue(batch, now_ms=0)  # NOT_LEADER_OR_FOLLOWER from broker 1
+    assert acc.ready(1, leaders.get).ready_nodes == frozenset()
+    leaders[TP0] = 2  # the metadata now names broker 2
+    assert acc.ready(1, leaders.get).ready_nodes == {2}
+    assert acc.drain({2}, leaders.get, now_ms=1, max_request_bytes=10**9,
+                     can_send=lambda b: True)[2] == [batch]
+    assert batch.last_leader == 2
 
 
 def test_reenqueue_keeps_sequence_order_ahead_of_new_batches() -> None:

@@ -9,7 +9,9 @@ memory when they are done (``deallocate``). It follows Kafka's ``RecordAccumulat
   drained. A record larger than ``batch_size`` gets a batch of its own.
 * A partition is *ready* when its first batch is full, has waited ``linger_ms``, a flush or close
   is in progress, or someone is blocked waiting for buffer memory; a retried batch waits
-  ``retry_backoff_ms`` after its last attempt instead.
+  after its last attempt instead: ``retry_backoff_ms``, doubling per attempt up to
+  ``retry_backoff_max_ms`` (KIP-580), and not at all once its partition has a new leader (KIP-951:
+  the error was the old leader's, so the new one is worth trying at once).
 * ``buffer_memory`` bounds the bytes held by all unfinished batches. ``has_room`` tells the
   producer whether an append fits; the producer blocks (up to ``max_block_ms``) when it does not.
 * Batches older than ``delivery_timeout_ms`` are handed back by ``expire`` to be failed.
@@ -74,6 +76,7 @@ class ProducerBatch(Generic[H]):
     reserved_bytes: int = 0
     attempts: int = 0
     last_attempt_ms: int = -1
+    last_leader: int = -1  # the broker the last attempt went to
     retry: bool = False
     closed: bool = False
     #: An attempt ended without an answer (timeout, lost connection): the batch may be written.
@@ -160,6 +163,7 @@ class RecordAccumulator(Generic[H]):
         buffer_memory: int,
         retry_backoff_ms: int,
         delivery_timeout_ms: int,
+        retry_backoff_max_ms: int | None = None,
     ) -> None:
         if batch_size <= 0 or buffer_memory <= 0:
             raise ValueError("batch_size and buffer_memory must be positive")
@@ -169,6 +173,7 @@ class RecordAccumulator(Generic[H]):
         self.linger_ms = linger_ms
         self.buffer_memory = buffer_memory
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms or 0)
         self.delivery_timeout_ms = delivery_timeout_ms
         self._batches: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
         self._buffer_used = 0
@@ -252,9 +257,9 @@ class RecordAccumulator(Generic[H]):
             if leader in ready or leader in busy_nodes:
                 continue
             first = dq[0]
-            backing_off = first.retry and now_ms - first.last_attempt_ms < self.retry_backoff_ms
-            if first.retry:
-                wait_ms = self.retry_backoff_ms
+            backing_off = self._backing_off(first, leader, now_ms)
+            if backing_off:
+                wait_ms = self.retry_backoff_of(first)
                 waited = now_ms - first.last_attempt_ms
             else:
                 wait_ms = self.linger_ms
@@ -295,7 +300,7 @@ class RecordAccumulator(Generic[H]):
             if leader is None or leader not in ready_nodes:
                 continue
             first = dq[0]
-            if first.retry and now_ms - first.last_attempt_ms < self.retry_backoff_ms:
+            if self._backing_off(first, leader, now_ms):
                 continue
             if not can_send(first):
                 continue
@@ -306,9 +311,20 @@ class RecordAccumulator(Generic[H]):
             first.closed = True
             first.attempts += 1
             first.last_attempt_ms = now_ms
+            first.last_leader = leader
             out.setdefault(leader, []).append(first)
             sizes[leader] = used + first.size_bytes
         return out
+
+    def retry_backoff_of(self, batch: ProducerBatch[H]) -> int:
+        """How long a retried batch waits after its last attempt (exponential, capped)."""
+        exponent = min(max(batch.attempts - 1, 0), 30)
+        return int(min(self.retry_backoff_ms * 2**exponent, self.retry_backoff_max_ms))
+
+    def _backing_off(self, batch: ProducerBatch[H], leader: int, now_ms: int) -> bool:
+        if not batch.retry or leader != batch.last_leader:
+            return False
+        return now_ms - batch.last_attempt_ms < self.retry_backoff_of(batch)
 
     def reenqueue(self, batch: ProducerBatch[H], *, now_ms: int) -> None:
         """Put a batch back for a retry, ahead of the partition's newer batches; batches with

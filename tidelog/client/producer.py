@@ -107,6 +107,7 @@ class Producer:
         self._acc: RecordAccumulator[RecordHandle] = RecordAccumulator(
             batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory,
             retry_backoff_ms=retry_backoff_ms, delivery_timeout_ms=delivery_timeout_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
         )
         self._io = io_thread()
         self._conns = Connections()
