@@ -2,7 +2,8 @@
 
 What it checks, with acks=all, replication factor 3 and min.insync.replicas=2:
 - a round trip: keyed records land on the partition Kafka's partitioner picks, and a consumer
-  reads every partition back in offset order with keys, values, headers and timestamps;
+  reads every partition back in offset order with keys, values, headers and timestamps; every
+  codec; offsets for timestamps, beginning and end offsets, and Admin's log offsets;
 - leader failover mid-produce (kill -9 of the partition leader while records are in flight):
   every acknowledged record is in the log exactly once, no record appears twice (idempotence
   turns the client's retries into no-ops), and one producer's records keep their order;
@@ -165,6 +166,31 @@ def test_round_trip(healthy: ClusterHarness) -> None:
         record = by_value[b"v%d" % i]
         assert (record.key, record.offset, record.partition) == (key, meta.offset, meta.partition)
         assert record.headers == (("i", b"%d" % i),) and record.timestamp_ms == meta.timestamp_ms
+
+
+def test_codecs_timestamps_and_log_offsets(healthy: ClusterHarness) -> None:
+    name = "data-codecs"
+    create(healthy, name, 1, 3)
+    tp = TopicPartition(name, 0)
+    for n, codec in enumerate(("gzip", "lz4", "zstd", "none")):
+        with Producer(healthy.bootstrap, compression_type=codec, linger_ms=20,
+                      **PRODUCER) as producer:
+            futures = [producer.send(name, b"%s-%d" % (codec.encode(), i),
+                                     timestamp_ms=1_000 * (10 * n + i + 1)) for i in range(10)]
+            assert [f.result(WAIT_S).offset for f in futures] == list(range(10 * n, 10 * n + 10))
+    records = read_all(healthy, [tp])
+    assert [r.offset for r in records] == list(range(40))
+    assert records[25].value == b"zstd-5" and records[25].timestamp_ms == 26_000
+    with Consumer(healthy.bootstrap, **CONSUMER) as consumer:
+        found = consumer.offsets_for_times({tp: 25_500})[tp]
+        assert found is not None and (found.offset, found.timestamp_ms) == (25, 26_000)
+        assert consumer.offsets_for_times({tp: 10**12}) == {tp: None}
+        assert consumer.beginning_offsets([tp]) == {tp: 0}
+        assert consumer.end_offsets([tp]) == {tp: 40}
+    with Admin(healthy.bootstrap) as admin:
+        [p] = admin.describe_topics([name])[name].partitions
+    assert (p.log_start_offset, p.high_watermark, p.log_end_offset) == (0, 40, 40)
+    assert p.size_bytes > 0
 
 
 def test_leader_failover_mid_produce_loses_and_duplicates_nothing(healthy: ClusterHarness) -> None:
