@@ -11,7 +11,8 @@ PROTOS := $(wildcard proto/tidelog/v1/*.proto)
 MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py \
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
 	controller/managers controller/placement.py controller/raft.py broker/storage \
-	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py
+	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
+	tidelog/client
 
 .PHONY: run stop test lint typecheck proto proto-check unit integration bench bench-storage bench-controller clean venv
 
