@@ -14,7 +14,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	tidelog/client
 
-.PHONY: run stop test lint typecheck proto proto-check unit integration bench bench-storage bench-controller clean venv
+.PHONY: run stop test lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume clean venv
 
 venv: $(STAMP)
 
@@ -56,7 +56,10 @@ bench-storage: $(STAMP)
 bench-controller: $(STAMP)
 	$(PY) -m bench.controller
 
-bench: bench-storage bench-controller
+bench-produce-consume: $(STAMP)
+	$(PY) -m bench.produce_consume
+
+bench: bench-storage bench-controller bench-produce-consume
 
 run: $(STAMP)
 	$(PY) -m tidelog.demo
