@@ -1,10 +1,10 @@
 """``make run``: bring up a local cluster and show it working.
 
-Today the demo runs what Tidelog has: a 3-controller metadata quorum as separate processes. It
-registers three brokers' worth of metadata over gRPC (simulated brokers: the broker role is being
-built), creates a topic, shows the quorum, kills the active controller with SIGKILL and shows the
-new leader taking over, restarts the killed one, and leaves the cluster running for you to explore
-with ``tidelog cluster …`` (it prints how to stop it).
+Starts 3 controllers and 3 brokers as local processes (``.tidelog/run``), creates topic ``demo``
+(6 partitions, RF=3, min.insync.replicas=2), produces 10,000 records with acks=all, kills the
+leader of partition 0 with SIGKILL while producing more, restarts it, consumes everything back
+and checks none is missing or duplicated, prints the topic's partitions (leader, replicas, ISR,
+offsets), and leaves the cluster running with instructions for exploring and stopping it.
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import grpc
-
+from tidelog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tidelog.local_cluster import LocalCluster
-from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
-from tidelog.v1.common_pb2 import ErrorCode
 
 RUN_DIR = Path(".tidelog/run")
+TOPIC = "demo"
+PARTITIONS = 6
+RECORDS = 10_000
 
 
 def say(text: str) -> None:
@@ -33,73 +32,85 @@ def tidelog_cmd(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "tidelog.cli", *args], check=False)
 
 
-def active_call(cluster: LocalCluster, method: str, request: object, deadline_s: float = 15.0
-                ) -> object:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for address in cluster.controller_addresses:
-            try:
-                with grpc.insecure_channel(address) as ch:
-                    stub = controller_pb2_grpc.ControllerServiceStub(ch)
-                    r = getattr(stub, method)(request, timeout=3)
-            except grpc.RpcError:
-                continue
-            if r.error_code != ErrorCode.NOT_CONTROLLER:
-                return r
-        time.sleep(0.05)
-    raise SystemExit(f"no active controller answered {method} within {deadline_s}s")
+def describe(admin: Admin) -> None:
+    desc = admin.describe_topics([TOPIC]).all()[TOPIC]
+    print(f"topic {TOPIC} (id {desc.topic_id}):")
+    print(f"  {'PART':>4} {'LEADER':>6} {'EPOCH':>5}  {'REPLICAS':<14} {'ISR':<14} "
+          f"{'START':>6} {'HW':>6} {'END':>6}")
+    for p in desc.partitions:
+        print(f"  {p.partition:>4} {p.leader:>6} {p.leader_epoch:>5}  "
+              f"{','.join(map(str, p.replicas)):<14} {','.join(map(str, p.isr)):<14} "
+              f"{p.log_start_offset:>6} {p.high_watermark:>6} {p.log_end_offset:>6}")
+
+
+def produce(bootstrap: str, start: int, count: int) -> int:
+    with Producer(bootstrap, acks="all") as producer:
+        futures = [producer.send(TOPIC, f"record-{i}".encode(), key=f"key-{i % 100}".encode())
+                   for i in range(start, start + count)]
+        producer.flush()
+    return sum(1 for f in futures if f.exception() is None)
 
 
 def main() -> None:
     if (RUN_DIR / "cluster.json").exists():
         LocalCluster.load(RUN_DIR).down()
     shutil.rmtree(RUN_DIR, ignore_errors=True)
-    say("starting 3 controllers as local processes (tidelog cluster up)")
-    cluster = LocalCluster.create(RUN_DIR, controllers=3, brokers=0)
+    say("starting 3 controllers and 3 brokers as local processes")
+    cluster = LocalCluster.create(RUN_DIR, controllers=3, brokers=3)
     cluster.start_all()
     cluster.wait_ready()
     tidelog_cmd("cluster", "status", "--dir", str(RUN_DIR))
+    bootstrap = cluster.bootstrap
 
-    say("registering 3 brokers with the quorum and creating topic 'demo' (6 partitions, RF=3)")
-    for broker_id in (101, 102, 103):
-        r = active_call(cluster, "RegisterBroker", controller_pb2.RegisterBrokerRequest(
-            cluster_id=cluster.cluster_id, broker_id=broker_id, incarnation_id=uuid.uuid4().bytes,
-            endpoint=common_pb2.Endpoint(host="127.0.0.1", port=9000 + broker_id)))
-        active_call(cluster, "BrokerHeartbeat", controller_pb2.BrokerHeartbeatRequest(
-            broker_id=broker_id, broker_epoch=r.broker_epoch,  # type: ignore[attr-defined]
-            current_metadata_offset=2**62))
-    r = active_call(cluster, "CreateTopics", controller_pb2.CreateTopicsRequest(topics=[
-        controller_pb2.CreateTopicsRequest.Topic(name="demo", num_partitions=6,
-                                                 replication_factor=3)]))
-    topic = r.topics[0]  # type: ignore[attr-defined]
-    print(f"topic {topic.name}: {ErrorCode.Name(topic.error_code)} (id {topic.topic_id.hex()})")
-    tidelog_cmd("cluster", "quorum", "--dir", str(RUN_DIR))
+    say(f"creating topic '{TOPIC}': {PARTITIONS} partitions, RF=3, min.insync.replicas=2")
+    with Admin(bootstrap) as admin:
+        admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3,
+                                      configs={"min.insync.replicas": "2"})]).all()
+        time.sleep(1.0)  # leaders take over their partitions
+        say(f"producing {RECORDS:,} records with acks=all (idempotent producer)")
+        started = time.monotonic()
+        acked = produce(bootstrap, 0, RECORDS)
+        print(f"{acked:,} acknowledged in {time.monotonic() - started:.1f}s")
 
-    with grpc.insecure_channel(cluster.controller_addresses[0]) as ch:
-        q = controller_pb2_grpc.ControllerServiceStub(ch).DescribeQuorum(
-            controller_pb2.DescribeQuorumRequest(), timeout=3)
-    victim = f"controller-{q.leader_id}"
-    say(f"kill -9 of the active controller ({victim}); the others elect a new one")
-    cluster.kill(victim)
-    started = time.monotonic()
-    r = active_call(cluster, "CreateTopics", controller_pb2.CreateTopicsRequest(topics=[
-        controller_pb2.CreateTopicsRequest.Topic(name="after-failover", num_partitions=1,
-                                                 replication_factor=3)]))
-    print(f"first write after the kill succeeded in {time.monotonic() - started:.2f}s: "
-          f"{ErrorCode.Name(r.topics[0].error_code)}")  # type: ignore[attr-defined]
-    tidelog_cmd("cluster", "quorum", "--dir", str(RUN_DIR))
+        leader = admin.describe_topics([TOPIC]).all()[TOPIC].partitions[0].leader
+        victim = next(b.name for b in cluster.brokers() if b.node_id == leader)
+        say(f"kill -9 of {victim} (leader of partition 0), then producing {RECORDS:,} more")
+        cluster.kill(victim)
+        started = time.monotonic()
+        acked += produce(bootstrap, RECORDS, RECORDS)
+        print(f"{acked:,} acknowledged in total; the second round took "
+              f"{time.monotonic() - started:.1f}s including the failover")
+        describe(admin)
 
-    say(f"restarting {victim}: it catches up from its journal")
-    cluster.start(victim)
-    cluster.wait_ready([victim])
-    tidelog_cmd("cluster", "quorum", "--dir", str(RUN_DIR))
+        say(f"restarting {victim}: it rejoins as a follower and catches up")
+        cluster.start(victim)
+        cluster.wait_ready([victim])
+        time.sleep(2.0)
+        describe(admin)
+
+    say("consuming everything back from the beginning")
+    seen: set[bytes] = set()
+    total = 0
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+        consumer.seek_to_beginning(*consumer.assignment())
+        deadline = time.monotonic() + 60
+        while len(seen) < acked and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_ms=500):
+                total += 1
+                seen.add(record.value or b"")
+    print(f"read {total:,} records, {len(seen):,} distinct: "
+          + ("every acknowledged record, no duplicates" if total == len(seen) >= acked
+             else "MISMATCH (see above)"))
 
     tidelog = Path(sys.executable).parent / "tidelog"
     say("the cluster keeps running. Try:")
+    print(f"  export TIDELOG_BROKERS={bootstrap}")
     print(f"  {tidelog} cluster status --dir {RUN_DIR}")
     print(f"  {tidelog} cluster quorum --dir {RUN_DIR}")
-    print(f"  {tidelog} cluster stop-node controller-2 --signal KILL --dir {RUN_DIR}")
-    print(f"  {tidelog} cluster start-node controller-2 --dir {RUN_DIR}")
+    print(f"  {tidelog} cluster stop-node broker-2 --signal KILL --dir {RUN_DIR}")
+    print(f"  {tidelog} cluster start-node broker-2 --dir {RUN_DIR}")
+    print("  and from Python: see the README's client example (bootstrap above)")
     print(f"stop it with:  make stop   (or {tidelog} cluster down --dir {RUN_DIR})")
 
 
