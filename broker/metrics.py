@@ -65,6 +65,8 @@ class BrokerMetrics:
             p + "request_latency_seconds",
             "time from receiving a data-plane request to answering it (long-polls included)",
             ["api"], buckets=LATENCY_BUCKETS_S, registry=registry)
+        #: Children per API, looked up once (the produce path pays no label lookup).
+        self.latency = {api: self.request_latency.labels(api) for api in APIS}
         self.request_errors = Counter(
             p + "request_errors", "partition-level errors answered, by API and error code",
             ["api", "error"], registry=registry)

@@ -21,6 +21,7 @@ from typing import Any, Protocol, cast
 
 from broker.replication.producer_state import PRODUCER_EPOCH_MAX
 from tidelog.errors import (
+    CoordinatorNotAvailableError,
     InvalidRequestError,
     RequestTimedOutError,
     TidelogError,
@@ -105,7 +106,10 @@ class ProducerIdManager:
                 raise error_for_code(response.error_code, response.error_message)
         except TidelogError as error:
             log.warning("broker %d: AllocateProducerIds failed: %s", self._broker_id, error)
-            self._last_error = error
+            # The client may always retry InitProducerId (e.g. this broker is not registered
+            # yet, or no controller is active): Kafka says COORDINATOR_NOT_AVAILABLE too.
+            self._last_error = CoordinatorNotAvailableError(
+                f"no producer id block from the controller: {error}")
             return
         start, length = int(response.producer_id_start), int(response.producer_id_len)
         assert start >= self._end and length > 0, (start, length, self._end)

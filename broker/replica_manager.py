@@ -50,6 +50,7 @@ from broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
 from broker.storage import FlushPolicy, Storage, StorageConfig
 from tidelog import limits
 from tidelog.config import BrokerConfig
+from tidelog.configs import TopicConfig
 from tidelog.errors import (
     InvalidFetchSizeError,
     InvalidRequestError,
@@ -61,6 +62,7 @@ from tidelog.errors import (
     StaleBrokerEpochError,
     TidelogError,
     UnknownServerError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
@@ -292,9 +294,16 @@ class ReplicaManager:
                 # One damaged partition (KAFKA_STORAGE_ERROR) must not stop the others.
                 log.error("broker %d: cannot host %s-%d: %s", self.broker_id, local.topic_name,
                           local.partition_id, error)
+            except Exception:
+                log.exception("broker %d: acting on %s-%d failed", self.broker_id,
+                              local.topic_name, local.partition_id)
         if image.configs is not previous.configs:
+            configs: dict[str, TopicConfig] = {}
             for partition in self._partitions.values():
-                partition.update_config(image.configs.topic_config(partition.topic_name))
+                name = partition.topic_name
+                if name not in configs:
+                    configs[name] = image.configs.topic_config(name)
+                partition.update_config(configs[name])
 
     def _apply_partition(self, topic_name: str, topic_id: bytes, partition_id: int,
                          registration: PartitionRegistration, image: MetadataImage,
@@ -380,7 +389,12 @@ class ReplicaManager:
                 ) -> tuple[bytes | None, Partition | None, TidelogError | None]:
         """(topic id, the hosted partition, or the error to answer with)."""
         topics = self._image.topics
-        topic = topics.get_by_id(topic_id) if topic_id else topics.get(name)
+        if topic_id:
+            topic = topics.get_by_id(topic_id)
+            if topic is None:
+                return None, None, UnknownTopicIdError(f"no topic with id {topic_id.hex()}")
+        else:
+            topic = topics.get(name)
         if topic is None or partition_id not in topic.partitions:
             return None, None, UnknownTopicOrPartitionError(
                 f"{name or (topic_id or b'').hex()}-{partition_id} does not exist")
@@ -465,7 +479,7 @@ class ReplicaManager:
         if pending:
             await self._await_acks(pending, request.timeout_ms)
         if self.metrics is not None:
-            self.metrics.request_latency.labels("produce").observe(time.perf_counter() - started)
+            self.metrics.latency["produce"].observe(time.perf_counter() - started)
         return response
 
     async def _await_acks(self, pending: list[_Pending], timeout_ms: int) -> None:
@@ -497,7 +511,7 @@ class ReplicaManager:
         started = time.perf_counter()
         response = await self._long_poll(request, follower=False)
         if self.metrics is not None:
-            self.metrics.request_latency.labels("fetch").observe(time.perf_counter() - started)
+            self.metrics.latency["fetch"].observe(time.perf_counter() - started)
         return response
 
     async def handle_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
@@ -521,8 +535,7 @@ class ReplicaManager:
         else:
             response = await self._long_poll(request, follower=True)
         if self.metrics is not None:
-            self.metrics.request_latency.labels("replica_fetch").observe(
-                time.perf_counter() - started)
+            self.metrics.latency["replica_fetch"].observe(time.perf_counter() - started)
         return response
 
     async def _long_poll(self, request: pb.FetchRequest, *, follower: bool) -> pb.FetchResponse:
@@ -665,8 +678,7 @@ class ReplicaManager:
                 if error is not None:
                     self._set_error(result, error, topic_id, data.partition_id, "list_offsets")
         if self.metrics is not None:
-            self.metrics.request_latency.labels("list_offsets").observe(
-                time.perf_counter() - started)
+            self.metrics.latency["list_offsets"].observe(time.perf_counter() - started)
         return response
 
     def _list_offset(self, partition: Partition, data: pb.ListOffsetsRequest.PartitionData,
@@ -729,8 +741,7 @@ class ReplicaManager:
                 response.partitions.add(topic=name, partition_id=partition_id,
                                         error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if self.metrics is not None:
-            self.metrics.request_latency.labels("describe_logs").observe(
-                time.perf_counter() - started)
+            self.metrics.latency["describe_logs"].observe(time.perf_counter() - started)
         return response
 
     async def handle_init_producer_id(self, request: pb.InitProducerIdRequest
@@ -738,8 +749,7 @@ class ReplicaManager:
         started = time.perf_counter()
         response = await self.producer_ids.handle_init_producer_id(request)
         if self.metrics is not None:
-            self.metrics.request_latency.labels("init_producer_id").observe(
-                time.perf_counter() - started)
+            self.metrics.latency["init_producer_id"].observe(time.perf_counter() - started)
         return response
 
     # --- AlterPartition ------------------------------------------------------------------------
