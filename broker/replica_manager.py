@@ -243,7 +243,10 @@ class ReplicaManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.producer_ids.close()
-        for partition in self._partitions.values():
+        # Requests still arriving (the gRPC server stops after us) find no partition here and
+        # answer NOT_LEADER_OR_FOLLOWER with a hint, which clients retry elsewhere.
+        partitions, self._partitions = self._partitions, {}
+        for partition in partitions.values():
             partition.close()
             with contextlib.suppress(TidelogError):
                 partition.maybe_save_producer_state()
