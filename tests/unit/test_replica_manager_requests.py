@@ -16,11 +16,15 @@ RocksDB per broker, in-memory replica fetches), one scenario per test under ``as
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from test_replica_manager import Cluster, batch, scenario, until, values
 
+from broker.delayed import FetchWaiters
+from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManagerConfig
 from broker.replication import ProducerStateTable
 from broker.storage import Storage
@@ -339,3 +343,44 @@ def test_metrics(tmp_path: Path) -> None:
         assert (c.registries[2].get_sample_value("tidelog_broker_replication_bytes_in_total",
                                                  {"topic": "t"}) or 0) > 0
     scenario(tmp_path, body)
+
+
+# --- building blocks -------------------------------------------------------------------------
+
+
+def test_fetch_waiters_are_bounded_and_woken_by_their_partition() -> None:
+    async def body() -> None:
+        waiters = FetchWaiters(waiters_max=1)
+        first = waiters.watch(["a", "b"])
+        assert first is not None and waiters.watch(["c"]) is None, "full: answer at once"
+        assert not await waiters.wait(["c"], 1.0), "no room to wait"
+        assert waiters.wake("c") == 0 and waiters.wake("b") == 1 and first.done()
+        waiters.unwatch(first, ["a", "b"])
+        assert len(waiters) == 0
+        started = time.monotonic()
+        assert not await waiters.wait(["a"], 0.05) and time.monotonic() - started >= 0.04
+    asyncio.run(body())
+
+
+def test_producer_id_blocks_are_prefetched() -> None:
+    class Controller:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def call(self, method: str, request: Any) -> Any:
+            assert method == "AllocateProducerIds"
+            self.calls += 1
+            start = 1000 * self.calls
+            return cpb.AllocateProducerIdsResponse(producer_id_start=start, producer_id_len=10)
+
+    async def body() -> None:
+        controller = Controller()
+        manager = ProducerIdManager(broker_id=1, broker_epoch=lambda: 5, controller=controller)
+        ids = [await manager.next_producer_id() for _ in range(9)]
+        assert ids == list(range(1000, 1009))
+        await asyncio.sleep(0)  # the prefetch at 90% runs meanwhile
+        assert controller.calls == 2
+        ids = [await manager.next_producer_id() for _ in range(3)]
+        assert ids == [1009, 2000, 2001] and controller.calls == 2
+        await manager.close()
+    asyncio.run(body())
