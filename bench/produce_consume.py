@@ -1,20 +1,29 @@
 """Produce/consume benchmark against a local 3-controller + 3-broker cluster.
 
-``python -m bench.produce_consume [--records 200000] [--seconds 20]`` starts the cluster as local
-processes, then measures with the Tidelog client library (100-byte values):
+``python -m bench.produce_consume [--records 200000] [--seconds 10] [--raw-seconds 5]`` starts
+the cluster as local processes, then measures twice, in the same run (100-byte values):
 
-1. produce throughput, RF=1, acks=1 (topic of 6 partitions);
-2. produce throughput, RF=3, acks=all, min.insync.replicas=2;
-3. consume throughput, reading back what phase 1 wrote;
-4. end-to-end latency (send → poll) at a fixed 2,000 records/s, RF=3, acks=all: p50/p99.
+* ``broker_raw``: the brokers alone, through raw BrokerService gRPC calls with prebuilt batches
+  (``tidelog.record_batch.build_batch``, ``RAW_BATCH_RECORDS`` records each, ``RAW_IN_FLIGHT``
+  requests in flight over the 6 partitions' leaders): produce RF=1 acks=1, produce RF=3
+  acks=all, and consume (Fetch from the leaders, 8 MiB per request) of what the first wrote;
+* ``client``: the Tidelog client library:
 
-Servers and the client share the machine's cores, as in the issue's reference figures. Every
-phase is bounded by ``--records`` and ``--seconds``. Prints readable lines and a final JSON line.
+  1. produce throughput, RF=1, acks=1 (topic of 6 partitions);
+  2. produce throughput, RF=3, acks=all, min.insync.replicas=2;
+  3. consume throughput, reading back what phase 1 wrote;
+  4. end-to-end latency (send → poll) at a fixed 2,000 records/s, RF=3, acks=all: p50/p99.
+
+Servers and the load share the machine's cores, as in the issue's reference figures. Every phase
+is bounded by ``--records`` and ``--seconds`` (raw phases by ``--raw-seconds``), so the default
+run takes about a minute and a half. Prints readable lines and a final JSON line, which says for
+each mode which targets it meets.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -24,11 +33,149 @@ import threading
 import time
 from typing import Any
 
-from tidelog import Admin, Consumer, NewTopic, Producer, TopicPartition
+import grpc
+
+from tidelog import Admin, Consumer, NewTopic, Producer, TopicPartition, limits
 from tidelog.local_cluster import LocalCluster
+from tidelog.record_batch import NewRecord, build_batch, next_offset, parse_batch
+from tidelog.v1 import broker_pb2 as pb
+from tidelog.v1 import broker_pb2_grpc
 
 VALUE = b"x" * 100
 E2E_RATE = 2_000
+PARTITIONS = 6
+RAW_BATCH_RECORDS = 500
+RAW_IN_FLIGHT = 8
+RAW_FETCH_BYTES = 8 * 1024 * 1024
+TARGETS = {"produce_rf1_acks1": 300_000, "produce_rf3_acks_all": 100_000, "consume": 500_000,
+           "e2e_p99_ms": 4.0}
+
+
+# --- broker_raw: BrokerService calls with prebuilt batches ------------------------------------
+
+class RawBroker:
+    """Stubs per broker address and each partition's leader, from one Metadata call."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._bootstrap = bootstrap.split(",")[0]
+
+    def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=[
+                ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.enable_http_proxy", 0)])
+        return broker_pb2_grpc.BrokerServiceStub(channel)  # type: ignore[no-untyped-call]
+
+    async def leaders(self, topic: str) -> dict[int, broker_pb2_grpc.BrokerServiceStub]:
+        md = await self.stub(self._bootstrap).Metadata(pb.MetadataRequest(topics=[topic]),
+                                                       timeout=10)
+        address = {b.broker_id: f"{b.endpoint.host}:{b.endpoint.port}" for b in md.brokers}
+        (t,) = md.topics
+        return {p.partition_id: self.stub(address[p.leader]) for p in t.partitions}
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+
+async def _raw_produce(raw: RawBroker, topic: str, *, acks: int, records: int,
+                       seconds: float) -> dict[str, float]:
+    leaders = await raw.leaders(topic)
+    batch = build_batch([NewRecord(None, VALUE)] * RAW_BATCH_RECORDS,
+                        now_ms=int(time.time() * 1000))
+    sent = 0
+    errors = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    async def worker(index: int) -> None:
+        nonlocal sent, errors
+        n = index
+        # Bounded by the record count and the deadline; each call has its own timeout.
+        while sent < records and time.perf_counter() < deadline:
+            partition = n % PARTITIONS
+            n += RAW_IN_FLIGHT
+            request = pb.ProduceRequest(acks=acks, timeout_ms=10_000, topics=[
+                pb.ProduceRequest.TopicData(name=topic, partitions=[
+                    pb.ProduceRequest.PartitionData(partition_id=partition, batch=batch)])])
+            resp = await leaders[partition].Produce(request, timeout=15)
+            if resp.topics[0].partitions[0].error_code:
+                errors += 1
+            else:
+                sent += RAW_BATCH_RECORDS
+
+    await asyncio.gather(*(worker(i) for i in range(RAW_IN_FLIGHT)))
+    elapsed = time.perf_counter() - started
+    return {"records": sent, "errors": errors, "batch_records": RAW_BATCH_RECORDS,
+            "in_flight": RAW_IN_FLIGHT, "seconds": round(elapsed, 3),
+            "records_per_s": round(sent / elapsed)}
+
+
+async def _raw_consume(raw: RawBroker, topic: str, *, records: int,
+                       seconds: float) -> dict[str, float]:
+    leaders = await raw.leaders(topic)
+    got = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    async def reader(partition: int) -> None:
+        nonlocal got
+        offset = 0
+        # Bounded by the deadline; stops at the partition's high watermark.
+        while time.perf_counter() < deadline:
+            request = pb.FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=RAW_FETCH_BYTES,
+                topics=[pb.FetchRequest.TopicData(name=topic, partitions=[
+                    pb.FetchRequest.PartitionData(partition_id=partition, fetch_offset=offset,
+                                                  current_leader_epoch=-1,
+                                                  partition_max_bytes=RAW_FETCH_BYTES)])])
+            resp = await leaders[partition].Fetch(request, timeout=15)
+            data = resp.topics[0].partitions[0]
+            for b in data.batches:
+                header = parse_batch(b)
+                got += header.record_count
+                offset = next_offset(header)
+            if offset >= data.high_watermark or data.error_code:
+                return
+
+    await asyncio.gather(*(reader(p) for p in range(PARTITIONS)))
+    elapsed = time.perf_counter() - started
+    return {"records": min(got, records) if records else got, "seconds": round(elapsed, 3),
+            "records_per_s": round(got / elapsed)}
+
+
+async def _broker_raw(bootstrap: str, *, records: int, seconds: float) -> dict[str, Any]:
+    raw = RawBroker(bootstrap)
+    try:
+        rf1 = await _raw_produce(raw, "raw-rf1", acks=1, records=records, seconds=seconds)
+        print(f"broker_raw produce RF=1 acks=1: {rf1['records_per_s']:,} records/s")
+        rf3 = await _raw_produce(raw, "raw-rf3", acks=-1, records=records, seconds=seconds)
+        print(f"broker_raw produce RF=3 acks=all: {rf3['records_per_s']:,} records/s")
+        cons = await _raw_consume(raw, "raw-rf1", records=0, seconds=seconds)
+        print(f"broker_raw consume: {cons['records_per_s']:,} records/s")
+    finally:
+        await raw.close()
+    return {"produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3, "consume": cons}
+
+
+def broker_raw(bootstrap: str, *, records: int, seconds: float) -> dict[str, Any]:
+    return asyncio.run(_broker_raw(bootstrap, records=records, seconds=seconds))
+
+
+def meets(section: dict[str, Any]) -> dict[str, bool]:
+    """Which targets a mode's figures meet."""
+    out = {name: section[name]["records_per_s"] >= TARGETS[name]
+           for name in ("produce_rf1_acks1", "produce_rf3_acks_all", "consume")}
+    e2e = section.get("end_to_end_rf3_acks_all")
+    if e2e is not None:
+        out["e2e_p99_ms"] = 0 <= e2e["p99_ms"] <= TARGETS["e2e_p99_ms"]
+    return out
+
+
+# --- client: the Tidelog client library -------------------------------------------------------
 
 
 def produce(bootstrap: str, topic: str, *, acks: Any, records: int, seconds: float,
@@ -104,40 +251,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster = LocalCluster.create(tmp, controllers=3, brokers=3)
         with cluster.running():
             bootstrap = cluster.bootstrap
+            isr2 = {"min.insync.replicas": "2"}
             with Admin(bootstrap) as admin:
                 admin.create_topics([
-                    NewTopic("rf1", num_partitions=6, replication_factor=1),
-                    NewTopic("rf3", num_partitions=6, replication_factor=3,
-                             configs={"min.insync.replicas": "2"}),
-                    NewTopic("e2e", num_partitions=1, replication_factor=3,
-                             configs={"min.insync.replicas": "2"}),
+                    NewTopic("rf1", num_partitions=PARTITIONS, replication_factor=1),
+                    NewTopic("rf3", num_partitions=PARTITIONS, replication_factor=3,
+                             configs=isr2),
+                    NewTopic("raw-rf1", num_partitions=PARTITIONS, replication_factor=1),
+                    NewTopic("raw-rf3", num_partitions=PARTITIONS, replication_factor=3,
+                             configs=isr2),
+                    NewTopic("e2e", num_partitions=1, replication_factor=3, configs=isr2),
                 ]).all()
             time.sleep(1.0)  # leaders take over their partitions
+            raw = broker_raw(bootstrap, records=args.records * 10, seconds=args.raw_seconds)
             rf1 = produce(bootstrap, "rf1", acks=1, records=args.records, seconds=args.seconds)
             print(f"produce RF=1 acks=1: {rf1['records_per_s']:,} records/s")
             rf3 = produce(bootstrap, "rf3", acks="all", records=args.records,
                           seconds=args.seconds)
             print(f"produce RF=3 acks=all: {rf3['records_per_s']:,} records/s")
-            cons = consume(bootstrap, "rf1", partitions=6, records=int(rf1["records"]),
+            cons = consume(bootstrap, "rf1", partitions=PARTITIONS, records=int(rf1["records"]),
                            seconds=args.seconds)
             print(f"consume: {cons['records_per_s']:,} records/s")
             e2e = end_to_end(bootstrap, "e2e", seconds=min(10.0, args.seconds))
             print(f"end-to-end at {E2E_RATE}/s RF=3 acks=all: p50 {e2e['p50_ms']} ms, "
                   f"p99 {e2e['p99_ms']} ms")
+    client = {"produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3, "consume": cons,
+              "end_to_end_rf3_acks_all": e2e}
     return {
         "bench": "produce_consume", "value_bytes": len(VALUE),
-        "produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3, "consume": cons,
-        "end_to_end_rf3_acks_all": e2e,
-        "targets": {"produce_rf1_acks1": 300_000, "produce_rf3_acks_all": 100_000,
-                    "consume": 500_000, "e2e_p99_ms": 4.0},
+        "broker_raw": raw, "client": client,
+        "targets": TARGETS,
+        "meets_targets": {"broker_raw": meets(raw), "client": meets(client)},
         "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--records", type=int, default=200_000,
+                        help="records per client phase at most (broker_raw: 10x)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="seconds per client phase at most")
+    parser.add_argument("--raw-seconds", type=float, default=5.0,
+                        help="seconds per broker_raw phase at most")
     args = parser.parse_args()
     print(json.dumps(run(args)))
 
