@@ -45,7 +45,7 @@ from tidelog.errors import (
 from tidelog.record_batch import build_batch
 from tidelog.v1 import broker_pb2
 
-__all__ = ["DeliveryCallback", "RecordHandle", "Sender", "SenderConfig"]
+__all__ = ["DeliveryCallback", "FutureRecordMetadata", "RecordHandle", "Sender", "SenderConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,116 @@ RPC_SLACK_MS = 1000
 SENDER_TICK_MS = 200
 
 
-@dataclass(slots=True, eq=False)
-class RecordHandle:
-    """What completes one sent record: its future, its timestamp, its callback."""
+_WAITER_LOCK = threading.Lock()
 
-    future: concurrent.futures.Future[RecordMetadata]
-    timestamp_ms: int
-    on_delivery: DeliveryCallback | None = None
+
+class FutureRecordMetadata:
+    """The result of one ``Producer.send()``: a light, future-like handle (Kafka's
+    FutureRecordMetadata), with ``result(timeout)``, ``exception(timeout)``, ``done()``,
+    ``add_done_callback(fn)`` as ``concurrent.futures.Future`` has them.
+
+    A ``concurrent.futures.Future`` per record costs a ``Condition`` (a lock and a list) at every
+    ``send()``; this costs a few slots. The sender completes the handles of a batch together, on
+    the I/O thread; a thread that waits for one gets a ``threading.Event`` made then (rarely: most
+    callers flush, or never wait on single records). ``cancel()`` is refused (``False``), as in
+    Kafka: a record handed to the producer cannot be taken back.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_error", "_event", "_meta", "on_delivery",
+                 "timestamp_ms")
+
+    def __init__(self, timestamp_ms: int, on_delivery: DeliveryCallback | None = None) -> None:
+        self.timestamp_ms = timestamp_ms
+        self.on_delivery = on_delivery
+        self._done = False
+        self._meta: RecordMetadata | None = None
+        self._error: BaseException | None = None
+        self._event: threading.Event | None = None
+        self._callbacks: list[Callable[[FutureRecordMetadata], object]] | None = None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else (
+            f"error={self._error!r}" if self._error is not None else f"result={self._meta!r}")
+        return f"<FutureRecordMetadata {state}>"
+
+    # --- the Future interface ------------------------------------------------------------------
+    def done(self) -> bool:
+        return self._done
+
+    def running(self) -> bool:
+        return not self._done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the record is acknowledged or failed; False after ``timeout`` seconds."""
+        if self._done:
+            return True
+        with _WAITER_LOCK:
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        # Set before reading _done here; the completer sets _done before reading _event.
+        if self._done:
+            return True
+        return event.wait(timeout)
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        if not self.wait(timeout):
+            raise concurrent.futures.TimeoutError()
+        if self._error is not None:
+            raise self._error
+        assert self._meta is not None
+        return self._meta
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self.wait(timeout):
+            raise concurrent.futures.TimeoutError()
+        return self._error
+
+    def add_done_callback(self, fn: Callable[[FutureRecordMetadata], object]) -> None:
+        """``fn(self)`` once done: at once (on this thread) when it already is, else on the
+        client's I/O thread."""
+        if not self._done:
+            with _WAITER_LOCK:
+                if not self._done:
+                    if self._callbacks is None:
+                        self._callbacks = []
+                    self._callbacks.append(fn)
+                    return
+        _run_callback(fn, self)
+
+    # --- completion (the sender, on the I/O thread) --------------------------------------------
+    def _set(self, meta: RecordMetadata | None, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._meta = meta
+        self._error = error
+        with _WAITER_LOCK:
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, None
+        event = self._event
+        if event is not None:
+            event.set()
+        if callbacks:
+            for fn in callbacks:
+                _run_callback(fn, self)
+
+
+def _run_callback(fn: Callable[[FutureRecordMetadata], object],
+                  future: FutureRecordMetadata) -> None:
+    try:
+        fn(future)
+    except Exception:
+        log.exception("a done callback of a send() result raised; the producer carries on")
+
+
+#: The sender's name for a record's handle (its timestamp, callback and result).
+RecordHandle = FutureRecordMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +227,11 @@ class Sender:
         """Thread-safe: look at the accumulator again now."""
         self._loop.call_soon_threadsafe(self._wake.set)
 
-    def pending_futures(self) -> list[concurrent.futures.Future[RecordMetadata]]:
+    def pending_futures(self) -> list[FutureRecordMetadata]:
         """The last future of every unfinished batch (loop only: a consistent view for flush)."""
         with self._cond:
             batches = list(self._acc) + list(self._sent)
-        return [b.handles[-1].future for b in batches if b.handles]
+        return [b.handles[-1] for b in batches if b.handles]
 
     async def close(self, timeout_ms: int | None) -> None:
         """Send what is queued, then stop; after ``timeout_ms`` fail what is left instead."""
@@ -449,13 +552,7 @@ def _resolve(handle: RecordHandle, meta: RecordMetadata | None, error: TidelogEr
             handle.on_delivery(meta, error)
         except Exception:
             log.exception("a delivery callback raised; the producer carries on")
-    try:
-        if error is None:
-            handle.future.set_result(meta)  # type: ignore[arg-type]
-        else:
-            handle.future.set_exception(error)
-    except concurrent.futures.InvalidStateError:
-        pass  # the user cancelled the future
+    handle._set(meta, error)
 
 
 def _min_delay(a: int | None, b: int | None) -> int | None:

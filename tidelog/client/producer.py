@@ -10,10 +10,10 @@ and delivery callbacks run, on that I/O thread: keep callbacks short and never b
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Literal, TypeVar
@@ -28,8 +28,14 @@ from tidelog.client._partitioner import (
     StickyPartitionCache,
     partition_for_key,
 )
-from tidelog.client._sender import DeliveryCallback, RecordHandle, Sender, SenderConfig
-from tidelog.client.records import RecordMetadata, TopicPartition
+from tidelog.client._sender import (
+    DeliveryCallback,
+    FutureRecordMetadata,
+    RecordHandle,
+    Sender,
+    SenderConfig,
+)
+from tidelog.client.records import TopicPartition
 from tidelog.compression import codec_from_name
 from tidelog.errors import MessageTooLargeError, RequestTimedOutError
 from tidelog.metadata.topic_names import validate_topic_name
@@ -44,6 +50,8 @@ Header = tuple[str, bytes | None]
 _ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0, -1: -1, 1: 1, 0: 0}
 #: Kafka's max.in.flight.requests.per.connection bound for idempotence (the leader keeps 5).
 IDEMPOTENT_IN_FLIGHT_MAX = 5
+#: Topic names send() has found valid, remembered so the check runs once per name (bounded).
+VALID_TOPICS_CACHED_MAX = 10_000
 
 
 class Producer:
@@ -102,6 +110,7 @@ class Producer:
         self._partitioner = partitioner
         self._sticky = StickyPartitionCache(random.Random())
         self._cond = threading.Condition()
+        self._valid_topics: set[str] = set()
         self._memory_waiters = 0
         self._closed = False
         self._acc: RecordAccumulator[RecordHandle] = RecordAccumulator(
@@ -141,10 +150,12 @@ class Producer:
         timestamp_ms: int | None = None,
         headers: Iterable[Header] | None = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its RecordMetadata(topic, partition, offset,
-        timestamp_ms). ``on_delivery(metadata, error)`` runs on the client's I/O thread when the
-        record is acknowledged or fails.
+        timestamp_ms): a FutureRecordMetadata, with ``result(timeout)``, ``exception(timeout)``,
+        ``done()`` and ``add_done_callback(fn)`` as on a ``concurrent.futures.Future``.
+        ``on_delivery(metadata, error)`` runs on the client's I/O thread when the record is
+        acknowledged or fails.
 
         Blocks up to ``max_block_ms`` for the topic's metadata and for buffer memory. Raises
         InvalidTopicError (bad name), UnknownTopicOrPartitionError (no such topic or partition
@@ -154,7 +165,10 @@ class Producer:
         """
         self._check_usable()
         record = _new_record(value, key, timestamp_ms, headers)
-        validate_topic_name(topic)
+        if topic not in self._valid_topics:
+            validate_topic_name(topic)
+            if len(self._valid_topics) < VALID_TOPICS_CACHED_MAX:
+                self._valid_topics.add(topic)
         if partition is not None and (not isinstance(partition, int) or partition < 0):
             raise ValueError(f"partition must be a non-negative int, got {partition!r}")
         size = estimate_record_bytes(record)
@@ -165,9 +179,9 @@ class Producer:
             )
         deadline = monotonic_ms() + self._max_block_ms
         num_partitions = self._wait_on_metadata(topic, partition, deadline)
-        handle = RecordHandle(concurrent.futures.Future(), record.timestamp_ms or 0, on_delivery)
+        handle = FutureRecordMetadata(record.timestamp_ms or 0, on_delivery)
         self._append(topic, partition, num_partitions, record, size, handle, deadline)
-        return handle.future
+        return handle
 
     def _wait_on_metadata(self, topic: str, partition: int | None, deadline_ms: int) -> int:
         count = self._metadata.snapshot.num_partitions(topic)
@@ -256,11 +270,11 @@ class Producer:
         try:
             self._sender.wake()
             futures = self._io.run(_call(self._sender.pending_futures), None)
-            _, pending = concurrent.futures.wait(
-                futures, None if timeout_ms is None else timeout_ms / 1000
-            )
-            if pending:
-                raise RequestTimedOutError(f"flush did not complete within {timeout_ms} ms")
+            deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+            for future in futures:  # bounded: one wait per unfinished batch, up to the deadline
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not future.wait(remaining):
+                    raise RequestTimedOutError(f"flush did not complete within {timeout_ms} ms")
         finally:
             with self._cond:
                 self._acc.end_flush()
