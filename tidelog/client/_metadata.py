@@ -67,6 +67,9 @@ STALE_METADATA_CODES = frozenset(
 REFRESH_ADDRESSES_MAX = 16
 
 
+_ERROR_NONE = int(ErrorCode.NONE)
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Exponential backoff with jitter: ``initial_ms * 2**attempts``, capped, +-20 %."""
@@ -118,7 +121,7 @@ class TopicInfo:
 
     @property
     def exists(self) -> bool:
-        return self.error_code == ErrorCode.NONE
+        return self.error_code == _ERROR_NONE  # a plain int: ErrorCode.NONE is a slow lookup
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class ClusterSnapshot:
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
     metadata_offset: int = -1
     updated_ms: int = -1
+    #: available_partitions per topic, computed once per snapshot (send() asks for every record).
+    _available: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False,
+                                             compare=False)
 
     @classmethod
     def from_response(
@@ -197,10 +203,17 @@ class ClusterSnapshot:
         return len(info.partitions)
 
     def available_partitions(self, topic: str) -> list[int]:
+        """Partitions with a known, reachable leader (cached: callers must not change it)."""
+        cached = self._available.get(topic)
+        if cached is not None:
+            return cached
         info = self.topics.get(topic)
         if info is None:
             return []
-        return [p.partition for p in info.partitions if p.leader >= 0 and p.leader in self.brokers]
+        found = [p.partition for p in info.partitions
+                 if p.leader >= 0 and p.leader in self.brokers]
+        self._available[topic] = found
+        return found
 
     def with_leader_hint(self, tp: TopicPartition, hint: common_pb2.LeaderHint) -> ClusterSnapshot:
         """Apply a response's leader hint when it is newer than what we hold (else unchanged)."""

@@ -200,7 +200,7 @@ class Producer:
         """(partition, sticky?) for a record without an explicit partition."""
         if self._partitioner is not None:
             available = self._metadata.snapshot.available_partitions(topic)
-            chosen = self._partitioner(key, list(range(num_partitions)), available)
+            chosen = self._partitioner(key, list(range(num_partitions)), list(available))
             if not isinstance(chosen, int) or not 0 <= chosen < num_partitions:
                 raise ValueError(f"the partitioner returned {chosen!r}; topic {topic!r} has "
                                  f"partitions 0..{num_partitions - 1}")
