@@ -29,7 +29,6 @@ from tidelog.errors import (
 )
 from tidelog.v1.common_pb2 import (
     CompressionType,
-    Record,
     RecordBatch,
     Records,
     TimestampType,
@@ -42,6 +41,7 @@ __all__ = [
     "assign",
     "batch_crc",
     "build_batch",
+    "decode_record_fields",
     "decode_records",
     "last_offset",
     "next_offset",
@@ -279,8 +279,23 @@ def assign(
     return data
 
 
+_LOG_APPEND_TIME = int(TimestampType.LOG_APPEND_TIME)
+
+
 def decode_records(batch: RecordBatch) -> list[ConsumerRecord]:
     """Decompress and decode a batch's records (consumers). Verifies CRC and counts first."""
+    return [ConsumerRecord(*fields) for fields in decode_record_fields(batch)]
+
+
+#: A decoded record's fields, in ConsumerRecord's order: offset, timestamp_ms, timestamp_type,
+#: key, value, headers, leader_epoch.
+RecordFields = tuple[int, int, int, "bytes | None", "bytes | None",
+                     "tuple[tuple[str, bytes | None], ...]", int]
+
+
+def decode_record_fields(batch: RecordBatch) -> list[RecordFields]:
+    """:func:`decode_records` as tuples (the client builds its own record type from them without
+    an intermediate object). Verifies CRC, counts and offset deltas."""
     _check_header(batch)
     if batch.crc != batch_crc(batch):
         raise CorruptMessageError(
@@ -295,24 +310,28 @@ def decode_records(batch: RecordBatch) -> list[ConsumerRecord]:
         raise CorruptMessageError(
             f"batch declares {batch.record_count} records but holds {len(records)}"
         )
-    return [_consumer_record(batch, i, r) for i, r in enumerate(records)]
-
-
-def _consumer_record(batch: RecordBatch, index: int, rec: Record) -> ConsumerRecord:
-    if rec.offset_delta != index:
-        raise CorruptMessageError(
-            f"record {index} of batch at offset {batch.base_offset} has offset_delta "
-            f"{rec.offset_delta}"
-        )
-    log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
-    return ConsumerRecord(
-        offset=batch.base_offset + index,
-        timestamp_ms=batch.log_append_time_ms
-        if log_append
-        else batch.first_timestamp + rec.timestamp_delta,
-        timestamp_type=batch.timestamp_type,
-        key=rec.key if rec.HasField("key") else None,
-        value=rec.value if rec.HasField("value") else None,
-        headers=tuple((h.key, h.value if h.HasField("value") else None) for h in rec.headers),
-        leader_epoch=batch.partition_leader_epoch,
-    )
+    # Batch-level values once, not per record (protobuf field and enum look-ups are slow).
+    base_offset = batch.base_offset
+    timestamp_type = batch.timestamp_type
+    log_append_ms = (batch.log_append_time_ms
+                     if timestamp_type == _LOG_APPEND_TIME else None)
+    first_ts = batch.first_timestamp
+    leader_epoch = batch.partition_leader_epoch
+    out: list[RecordFields] = []
+    for index, rec in enumerate(records):
+        if rec.offset_delta != index:
+            raise CorruptMessageError(
+                f"record {index} of batch at offset {base_offset} has offset_delta "
+                f"{rec.offset_delta}"
+            )
+        out.append((
+            base_offset + index,
+            log_append_ms if log_append_ms is not None else first_ts + rec.timestamp_delta,
+            timestamp_type,
+            rec.key if rec.HasField("key") else None,
+            rec.value if rec.HasField("value") else None,
+            tuple((h.key, h.value if h.HasField("value") else None) for h in rec.headers)
+            if rec.headers else (),
+            leader_epoch,
+        ))
+    return out

@@ -30,7 +30,7 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
-from tidelog.record_batch import decode_records, last_offset, parse_batch
+from tidelog.record_batch import decode_record_fields, last_offset, parse_batch
 from tidelog.v1 import broker_pb2
 
 __all__ = [
@@ -112,7 +112,7 @@ class PartitionRecords:
             batch = parse_batch(data)
             if last_offset(batch) < position:
                 return  # the batch that holds the fetch offset is returned whole
-            decoded = decode_records(batch)
+            decoded = decode_record_fields(batch)
         except TidelogError as e:
             self._batches.clear()
             raise CorruptRecordError(
@@ -121,11 +121,7 @@ class PartitionRecords:
                 topic_partition=self.tp, offset=position,
             ) from None
         topic, partition = self.tp
-        self._records.extend(
-            ConsumerRecord(topic, partition, r.offset, r.timestamp_ms, r.timestamp_type, r.key,
-                           r.value, r.headers, r.leader_epoch)
-            for r in decoded
-        )
+        self._records.extend(ConsumerRecord(topic, partition, *fields) for fields in decoded)
 
 
 @dataclass
