@@ -79,10 +79,12 @@ def format_cmd(config_path: str | None, data_dir: str | None, node_id: int | Non
 def _add_subcommands() -> None:
     import tidelog.cli_info  # noqa: F401 - adds `cluster info` and `cluster health`
     from tidelog.cli_cluster import cluster
+    from tidelog.cli_dev import dev
     from tidelog.cli_topic import topic
 
     cli.add_command(cluster)
     cli.add_command(topic)
+    cli.add_command(dev)
 
 
 _add_subcommands()
