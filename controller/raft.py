@@ -13,8 +13,17 @@ API (all thread-safe unless noted)::
     quorum.on_leadership_change(callback)        # callback(is_leader: bool, leader_epoch: int)
     quorum.force_snapshot()
     quorum.is_leader() / leader_address() / leader_epoch / commit_index / last_applied
-    quorum.has_quorum / peer_connections() / status() -> dict / failure
+    quorum.has_quorum / peer_connections() / patch_counts() / status() -> dict / failure
     quorum.close()
+
+pysyncobj is patched. pysyncobj 0.3.17 breaks Raft's safety in its follower's append_entries
+and snapshot handling (tests/sim found it: acknowledged, committed entries lost; state machines
+diverging or going back in time). Every quorum runs ``_PatchedSyncObj``, a subclass that restores
+Raft's rules in three of SyncObj's private methods (see its docstring for each bug, its sim seed
+and the rule), and its transport applies ``_RejectFloor`` (reject-pingpong, a livelock). The
+patches are guarded: importing this module checks pysyncobj's version and the SHA-256 of the two
+modules they depend on (PysyncobjMismatchError otherwise), and the first quorum to start runs a
+self-test that replays the bug's messages. tests/sim runs this very code (``patched="adapter"``).
 
 Threading. The adapter owns one thread, ``raft-<node_id>``, that constructs the SyncObj (with
 ``autoTick=False``), runs every pysyncobj tick, and destroys it. pysyncobj's own auto-tick thread
@@ -32,7 +41,11 @@ latin-1 blow-up that pysyncobj's protocol 2 gives binary data. A unit test decod
 entry with an unpickler that refuses all globals. A new entry format would be ``@replicated(ver=1)``
 rolled out with ``setCodeVersion``; existing ids do not shift because versions sort after 0.
 
-Snapshots. ``SyncObjConf(serializer=, deserializer=)`` write and read our own file: a header, the
+Snapshots (log compaction) are off unless ``RaftSettings.snapshot_min_entries`` is set: the Raft
+log then stays in memory and in the journal for good (fine at metadata rates; start-up replays it
+all). On, they run pysyncobj's snapshot path, which is unsafe unpatched; with the patches it
+passes the simulation (docs/decisions.md, "Raft adapter"). ``force_snapshot`` works either way.
+``SyncObjConf(serializer=, deserializer=)`` write and read our own file: a header, the
 two Raft entries pysyncobj needs, the cluster's addresses, and ``StateMachine.snapshot()`` bytes,
 with a CRC-32 checked on read. pysyncobj pickles no attributes when a custom serializer is set.
 A snapshot that fails its CRC or whose ``restore`` raises stops the node (see ``failure``) instead
@@ -54,7 +67,7 @@ entry committed before it.
 
 Durability. pysyncobj's journal is an mmap without fsync (its meta file neither): it survives
 kill -9 (the page cache has it) but not power loss or a VM crash. Snapshots this node writes are
-fsynced; one received from the leader is written by pysyncobj without fsync.
+fsynced; so is one received from the leader (the patched receive path).
 
 The Raft word "term" stays inside this module: outside it is the quorum's ``leader_epoch``.
 """
@@ -68,7 +81,10 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import gzip
+import hashlib
 import logging
+import math
 import os
 import pickle
 import struct
@@ -79,13 +95,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import pysyncobj.syncobj as syncobj_module
+import pysyncobj.version as pysyncobj_version
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.node import Node
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.syncobj import _COMMAND_TYPE
+from pysyncobj.transport import Transport
 
 __all__ = [
     "FailReason",
     "ProposeError",
+    "PysyncobjMismatchError",
     "RaftQuorum",
     "RaftSettings",
     "RaftStartError",
@@ -101,6 +122,8 @@ _STATE_LEADER = 2
 #: Method id of ``append`` on the wire and in the journal. It is id 0 because it is the only
 #: replicated method at code version 0; asserted when the SyncObj is built.
 _APPEND_METHOD_ID = 0
+#: logCompactionMinEntries when compaction is off: more entries than a log can hold.
+_NEVER_ENTRIES = 2**62
 #: Pickle protocol of the entry envelope: 4 stores bytes raw; pysyncobj's own 2 does not.
 _ENVELOPE_PICKLE_PROTOCOL = 4
 #: Upper bound of what the envelope adds to a batch (type byte, pickle framing, int, tuples).
@@ -122,7 +145,6 @@ _SNAPSHOT_HEADER = struct.Struct("<8sIQQQQ")  # magic, version, last/prev index,
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-_TRUNCATION_MESSAGE_PREFIX = "truncating already-applied log entries"
 
 
 class StateMachine(Protocol):
@@ -212,8 +234,13 @@ class RaftSettings:
     leader_fallback_timeout_s: float = 2.0
     #: Longest wait in one poll of the tick loop; proposals and sockets wake it earlier.
     tick_period_s: float = 0.05
-    #: Snapshot (log compaction) after this many log entries or this long, whichever first.
-    snapshot_min_entries: int = 5_000
+    #: Log compaction (snapshots) after this many log entries or this long, whichever first;
+    #: 0 = never (the default). Off, the whole Raft log stays in memory and in the journal for
+    #: good: fine at metadata rates, but start-up replays it all (pysyncobj reads the whole
+    #: journal: ~0.55 s per 100k entries measured, libraries.md section 1). On is an opt-in
+    #: that runs pysyncobj's snapshot code, which is unsafe unpatched (tests/sim README bugs
+    #: 1, 2, 7) and is covered here by _PatchedSyncObj only (see docs/decisions.md).
+    snapshot_min_entries: int = 0
     snapshot_interval_s: float = 600.0
     #: Snapshot bytes per message when a follower is sent a snapshot.
     snapshot_chunk_bytes: int = 256 * 1024
@@ -231,6 +258,11 @@ class RaftSettings:
     #: (idle_s, interval_s, probes) of TCP keepalive (pysyncobj's default).
     tcp_keepalive: tuple[int, int, int] = (16, 3, 5)
 
+    @property
+    def snapshots_on(self) -> bool:
+        """Whether log compaction runs on its own (force_snapshot works either way)."""
+        return self.snapshot_min_entries > 0
+
     def __post_init__(self) -> None:
         # pysyncobj's validate() asserts the first four; checking here gives a readable error.
         if not self.election_timeout_min_s > 3 * self.append_entries_period_s:
@@ -245,40 +277,14 @@ class RaftSettings:
             raise ValueError("peer_keepalive_s must be in (0, connection_timeout_s)")
         if not self.append_entries_bytes_max >= self.batch_bytes_max + _ENVELOPE_BYTES_MAX:
             raise ValueError("append_entries_bytes_max must hold batch_bytes_max plus envelope")
-        if self.snapshot_min_entries < 2 or self.snapshot_interval_s <= 0:
-            raise ValueError("snapshot_min_entries must be >= 2 and snapshot_interval_s > 0")
+        if self.snapshot_min_entries == 1 or self.snapshot_min_entries < 0 \
+                or self.snapshot_interval_s <= 0:
+            raise ValueError("snapshot_min_entries must be 0 (off) or >= 2, and "
+                             "snapshot_interval_s > 0")
         if self.proposals_in_flight_max < 1 or self.propose_timeout_ms < 1:
             raise ValueError("proposals_in_flight_max and propose_timeout_ms must be positive")
         if self.tick_period_s <= 0 or self.snapshot_chunk_bytes <= 0:
             raise ValueError("tick_period_s and snapshot_chunk_bytes must be positive")
-
-
-class _DowngradeTruncationLog(logging.Filter):
-    """Re-logs pysyncobj's "truncating already-applied log entries" CRITICAL at WARNING.
-
-    A follower truncates its log after prevLogIdx on every append-entries, even when the leader
-    re-sends entries it already has with the same term, so the line shows up under normal load
-    (up to 16 per benchmark run here) with no divergence found (200k entries checked on all
-    nodes). It stays visible at WARNING, but must not page anyone as CRITICAL.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.CRITICAL and str(record.msg).startswith(
-            _TRUNCATION_MESSAGE_PREFIX
-        ):
-            record.levelno = logging.WARNING
-            record.levelname = logging.getLevelName(logging.WARNING)
-        return True
-
-
-_log_filter_lock = threading.Lock()
-
-
-def _install_log_filter() -> None:
-    syncobj_logger = logging.getLogger("pysyncobj.syncobj")
-    with _log_filter_lock:
-        if not any(isinstance(f, _DowngradeTruncationLog) for f in syncobj_logger.filters):
-            syncobj_logger.addFilter(_DowngradeTruncationLog())
 
 
 class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
@@ -384,7 +390,7 @@ class RaftQuorum:
         if on_leadership_change is not None:
             self._listeners.append(on_leadership_change)
 
-        _install_log_filter()
+        _self_test()
         started = threading.Event()
         start_error: list[BaseException] = []
         # A daemon, so a process that forgets close() still exits (as pysyncobj's own thread
@@ -536,6 +542,22 @@ class RaftQuorum:
             return {str(node.address): int(idx) for node, idx in match.items()}
         return {}
 
+    def patch_counts(self) -> dict[str, int]:
+        """How often each pysyncobj patch took a path pysyncobj would have got wrong (see
+        _PatchedSyncObj), plus "reject_floor_rewrite"; for status and metrics only, read without
+        the tick thread's cooperation (a copy that races an update is retried, then empty)."""
+        obj = self._syncobj
+        if obj is None:
+            return {}
+        for _ in range(2):
+            try:
+                counts = dict(obj.tl_counts)
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+            counts["reject_floor_rewrite"] = obj._SyncObj__transport._reject_floor.rewrites
+            return counts
+        return {}
+
     def status(self) -> dict[str, Any]:
         """A point-in-time view for DescribeQuorum, /readyz and metrics (fields read separately,
         so not one atomic snapshot)."""
@@ -556,6 +578,7 @@ class RaftQuorum:
             "peers": self.peer_connections(),
             "proposals_in_flight": in_flight,
             "peer_match_index": self.peer_match_index(),
+            "pysyncobj_patches": self.patch_counts(),
             "running": self._thread.is_alive(),
             "failure": None if self._failure is None else repr(self._failure),
         }
@@ -584,7 +607,7 @@ class RaftQuorum:
              start_error: list[BaseException]) -> None:
         try:
             consumer = _AppendConsumer(self._apply_committed)
-            self._syncobj = SyncObj(
+            self._syncobj = _TidelogSyncObj(
                 self.self_address, list(self.peer_addresses), self._build_conf(password),
                 consumers=[consumer],
                 transportClass=_make_transport_class(self._settings, self._on_forward_attempt),
@@ -663,8 +686,10 @@ class RaftQuorum:
             recvBufferSize=s.socket_buffer_bytes,
             dnsCacheTime=600.0,
             dnsFailCacheTime=30.0,
-            logCompactionMinEntries=s.snapshot_min_entries,
-            logCompactionMinTime=s.snapshot_interval_s,
+            # pysyncobj compacts when the log is longer than the first OR the last compaction
+            # is older than the second: "off" needs both out of reach (force_snapshot works).
+            logCompactionMinEntries=s.snapshot_min_entries if s.snapshots_on else _NEVER_ENTRIES,
+            logCompactionMinTime=s.snapshot_interval_s if s.snapshots_on else math.inf,
             logCompactionSplit=False,
             logCompactionBatchSize=s.snapshot_chunk_bytes,
             commandsWaitLeader=False,  # no leader: fail fast with MISSING_LEADER, never queue
@@ -876,7 +901,7 @@ class RaftQuorum:
 
 def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[Any], None],
                           ) -> type:
-    """pysyncobj's TCP transport with two changes.
+    """pysyncobj's TCP transport with three changes.
 
     No forwarding. pysyncobj sends a command queued on a node that is no longer the leader to the
     leader it knows ("apply_command"). Proposals are checked for leadership and epoch just before
@@ -892,6 +917,10 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
     instead of 0.37 s). A keepalive that the receiver ignores (unknown message types fall
     through pysyncobj's handler) keeps those links readable, and keeps connectionTimeout
     meaningful as dead-peer detection.
+
+    Rejection floor. As a follower, this node's rejections to a leader go through _RejectFloor,
+    so a pipelined "gap" rejection cannot undo a "conflict" one (reject-pingpong, sim seed 6: a
+    healthy cluster could stop committing).
     """
     from pysyncobj.transport import CONNECTION_STATE, TCPTransport
 
@@ -900,13 +929,14 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self._next_keepalive = 0.0
+            self._reject_floor = _RejectFloor()
             super().__init__(*args, **kwargs)
 
         def send(self, node: Any, message: Any) -> bool:
             if isinstance(message, dict) and message.get("type") == "apply_command":
                 on_forward_attempt(message.get("command"))
                 return False
-            return bool(super().send(node, message))
+            return bool(super().send(node, self._reject_floor.apply(node, message)))
 
         def _onTick(self) -> None:
             super()._onTick()
@@ -920,6 +950,495 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
                     self.send(node, self._keepalive_message)
 
     return TidelogTCPTransport
+
+
+# ------------------------------------------------------------------------- pysyncobj patches
+#
+# pysyncobj 0.3.17 breaks Raft in its follower's append and snapshot paths and in the leader's
+# handling of replies; tests/sim found each (its README.md, raftsim.KNOWN_BUGS, with the seeds).
+# _PatchedSyncObj restores Raft's rules by overriding three of SyncObj's private methods in a
+# subclass, so every other SyncObj in the process (the simulator's unpatched runs) keeps
+# pysyncobj's own code. The overrides copy pysyncobj's code where they do not change it and read
+# its private attributes, so they refuse to run on any pysyncobj but the one they were written and
+# simulated against: the version and the SHA-256 of the two modules they depend on are checked when
+# this module is imported, and _self_test() replays truncate-acked-on-resend's messages before
+# the first quorum starts.
+# To upgrade pysyncobj: re-read the overridden methods, run tests/sim (patched suites, slow sweeps
+# included), then update the digests below.
+
+_PYSYNCOBJ_VERSION = "0.3.17"
+_PYSYNCOBJ_SHA256 = {
+    "syncobj.py": "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4",
+    "serializer.py": "4d39fde2f15000ad8f507ec229ebd4f6a86371b6f84d4dc1439a9cccd52857ee",
+}
+_STATE_FOLLOWER = 0
+#: Suffix of the file a snapshot from the leader is received into, next to fullDumpFile.
+_INCOMING_SNAPSHOT_SUFFIX = ".incoming"
+
+
+class PysyncobjMismatchError(RuntimeError):
+    """The installed pysyncobj is not the one the adapter's patches were verified against."""
+
+
+def _check_pysyncobj() -> None:
+    version = pysyncobj_version.VERSION
+    if version != _PYSYNCOBJ_VERSION:
+        raise PysyncobjMismatchError(
+            f"controller/raft.py patches pysyncobj {_PYSYNCOBJ_VERSION}; {version} is installed")
+    directory = Path(syncobj_module.__file__).parent
+    for name, expected in _PYSYNCOBJ_SHA256.items():
+        try:
+            digest = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        except OSError as exc:
+            raise PysyncobjMismatchError(f"cannot read pysyncobj's {name} to verify it") from exc
+        if digest != expected:
+            raise PysyncobjMismatchError(
+                f"pysyncobj's {name} (sha256 {digest}) is not the code controller/raft.py's "
+                f"patches were verified against; re-verify them with tests/sim first")
+
+
+_check_pysyncobj()
+
+
+class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
+    """pysyncobj's SyncObj with Raft's rules restored where 0.3.17 breaks them.
+
+    Follower, append_entries (_tl_append): truncate only from the first entry whose term
+    conflicts ("if an existing entry conflicts with a new one (same index but different terms),
+    delete the existing entry and all that follow it"; Raft, Figure 2, AppendEntries rule 3) and
+    advance the commit index only to ``min(leaderCommit, index of last new entry)`` (rule 5).
+    pysyncobj deletes everything after prevLogIdx on every append_entries, matching entries
+    included, so a resent or reordered older message drops entries the follower had acknowledged
+    and the leader had committed (sim seeds 244 "truncate-acked-on-resend", 5
+    "truncate-on-reorder", 1064). That truncation was also behind "compaction-empties-journal"
+    (seed 228): a compaction finishing after the journal was cut below its index.
+
+    Follower, snapshot (_tl_install_snapshot_chunk): a chunk says nothing about the follower's
+    log, so only a complete snapshot moves the commit index (pysyncobj ran its commit update
+    after every chunk and applied its own uncommitted tail: seed 1, "snapshot-commit"); a
+    snapshot at or below last applied is not loaded (pysyncobj loaded it and took the state
+    machine back in time: seed 3, "snapshot-rollback"); one whose last entry the log already
+    holds with the same term is not loaded either and the log after it is kept (InstallSnapshot
+    rule 6; pysyncobj cleared the journal, acknowledged entries included). The snapshot is
+    received into a side file and replaces fullDumpFile only when it is loaded, fsynced.
+
+    Start (_SyncObj__loadDumpFile): the journal entries after the dump are kept when the journal
+    holds the dump's last two entries; pysyncobj cleared the journal unless its first two entries
+    were exactly those, so a crash between writing a dump and compacting the journal (one tick)
+    lost the entries after the dump on restart.
+
+    Compaction (_SyncObj__deleteEntriesTo) never leaves fewer than two entries (pysyncobj reads
+    ``raftLog[0]`` and ``raftLog[1]`` everywhere; an empty journal raised IndexError forever).
+
+    Leader, next_node_idx replies (_tl_on_next_node_idx): a success only moves nextIndex and
+    matchIndex forward. pysyncobj set nextIndex to a success reply's value whenever matchIndex
+    grew, so the reply to an older pipelined message sent it back to resend what the follower
+    already had (the first half of seed 244).
+
+    Not patched: the leader's chunking of an entry of appendEntriesBatchSizeBytes or more
+    (RaftSettings keeps every entry below it), dynamic membership (refused), a snapshot without
+    a fullDumpFile (ignored), the leader's loop of empty snapshot messages while its dump is
+    being written (harmless now: a follower ignores them).
+    """
+
+    # pysyncobj's private state that the overrides assign (SyncObj.__init__ sets all of it).
+    _SyncObj__transferInProgress: bool
+    _SyncObj__raftElectionDeadline: float
+    _SyncObj__raftLeader: Any
+    _SyncObj__leaderCommitIndex: int | None
+    _SyncObj__recvTransmission: Any
+    _SyncObj__raftCommitIndex: int
+    _SyncObj__raftLastApplied: int
+    _SyncObj__raftState: int
+
+    def __init__(self, selfNode: Any, otherNodes: Any, conf: SyncObjConf, **kwargs: Any) -> None:
+        if conf.dynamicMembershipChange:
+            raise ValueError("the pysyncobj patches do not cover dynamic membership changes")
+        # Before SyncObj.__init__: attributes that exist when it ends stay out of pysyncobj's
+        # pickled snapshots (its __properies), and an open file must not be pickled.
+        self._tl_incoming: Any = None
+        #: How often each patched path ran where pysyncobj would have done otherwise (status(),
+        #: and tests/sim checks that its suites reach each of them).
+        self.tl_counts: collections.Counter[str] = collections.Counter()
+        super().__init__(selfNode, otherNodes, conf, **kwargs)
+
+    # --- dispatch: the transport calls this (bound by SyncObj.__init__ through the name)
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        # pysyncobj handles each message type in its own block: these two blocks are replaced,
+        # every other type goes to pysyncobj's handler unchanged.
+        if kind == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+            self._tl_on_append_entries(node, message)
+        elif kind == "next_node_idx":
+            if self._SyncObj__raftState == _STATE_LEADER:
+                self._tl_on_next_node_idx(node, message)
+        else:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    # --- follower
+
+    def _tl_on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        # pysyncobj's own preamble (syncobj.py, __onMessageReceived), unchanged.
+        if message["term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = (syncobj_module.monotonicTime()
+                                                   + self._SyncObj__generateRaftTimeout())
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if message["term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(message["term"], None)
+        self._SyncObj__setState(_STATE_FOLLOWER)
+        self._SyncObj__leaderCommitIndex = message["commit_index"]
+        if "prevLogIdx" in message:
+            self._tl_append(node, message)
+        elif "serialized" in message:
+            self._tl_install_snapshot_chunk(node, message)
+
+    def _tl_append(self, node: Any, message: dict[str, Any]) -> None:
+        entries = message.get("entries", [])
+        transmission = message.get("transmission")
+        if transmission is not None:  # one large entry in chunks: pysyncobj's code, unchanged
+            if transmission == "start":
+                self._SyncObj__recvTransmission = message["data"]
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            if transmission == "process":
+                self._SyncObj__recvTransmission += message["data"]
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            if transmission != "finish":
+                raise ValueError(f"wrong transmission type {transmission!r}")
+            self._SyncObj__recvTransmission += message["data"]
+            entries = [syncobj_module.pickle.loads(self._SyncObj__recvTransmission)]
+            self._SyncObj__recvTransmission = ""
+
+        prev_index, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_index, 1)
+        if not prev:  # we lack prevLogIdx: continue after our last entry (as pysyncobj)
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return
+        if prev[0][2] != prev_term:  # Raft rule 2 (as pysyncobj)
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_index, success=False,
+                                           reset=True)
+            return
+        log = self._SyncObj__raftLog
+        last_index = self._SyncObj__getCurrentLogIndex()
+        conflict = False
+        for position, entry in enumerate(entries):
+            index = entry[1]
+            if index <= last_index:
+                if self._SyncObj__getEntries(index, 1)[0][2] == entry[2]:
+                    continue  # the same entry: keep it, and what follows it (rule 3)
+                conflict = True
+                self._tl_truncate_from(index)
+            for new_entry in entries[position:]:  # rule 4
+                log.add(*new_entry)
+            break
+        last_new = prev_index + len(entries)
+        if not conflict and last_index > last_new:
+            # pysyncobj would have deleted the entries after last_new, matching ones included.
+            self.tl_counts["append_kept_tail"] += 1
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last_new + 1, success=True)
+
+        # Rule 5: entries after last_new were not matched with this leader's log, so they must
+        # not be committed here (pysyncobj used its last index: it had just dropped the rest).
+        commit = min(self._SyncObj__raftCommitIndex, self._SyncObj__getCurrentLogIndex())
+        commit = max(commit, min(message["commit_index"], last_new))
+        self._SyncObj__raftCommitIndex = commit
+        log.setRaftCommitIndex(commit)
+
+    def _tl_truncate_from(self, index: int) -> None:
+        self.tl_counts["append_conflict"] += 1
+        applied = self._SyncObj__raftLastApplied
+        if index <= applied:
+            # A committed entry cannot conflict with a leader's (Raft's leader completeness);
+            # reaching this means lost durability (power loss) or a bug: say so loudly.
+            logger.critical("raft: the leader's entry %d conflicts with one this node has "
+                            "applied (last applied %d); its state machine has diverged",
+                            index, applied)
+        self._SyncObj__deleteEntriesFrom(index)
+
+    def _tl_install_snapshot_chunk(self, node: Any, message: dict[str, Any]) -> None:
+        serialized = message["serialized"]
+        if not serialized:
+            # The leader's dump was being written (None): no data, and nothing learnt.
+            return
+        path = self._tl_receive_chunk(serialized)
+        if path is None:
+            self.tl_counts["snapshot_chunk_no_commit"] += 1
+            return  # more chunks to come; nothing is known about our log yet (no commit)
+        try:
+            last_index, last_term = self._tl_snapshot_last_entry(path)
+        except Exception:
+            logger.exception("raft: dropping an unreadable snapshot received from %s", node)
+            os.remove(path)
+            return
+        applied = self._SyncObj__raftLastApplied
+        ours = self._SyncObj__getEntries(last_index, 1)
+        if last_index <= applied:
+            # A stale snapshot (a stale rejection made the leader send it again): everything
+            # up to last applied is committed, so it is the leader's log too.
+            self.tl_counts["snapshot_stale_ignored"] += 1
+            os.remove(path)
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=applied + 1, success=True)
+            return
+        if ours and ours[0][2] == last_term:
+            # We hold its last entry: by log matching, every entry up to it is the leader's,
+            # and a snapshot only holds committed entries. Keep the log, commit to there.
+            self.tl_counts["snapshot_log_kept"] += 1
+            os.remove(path)
+            commit = max(self._SyncObj__raftCommitIndex, last_index)
+        else:
+            os.replace(path, self._SyncObj__conf.fullDumpFile)
+            if not self._tl_load_dump(keep_matching_journal=False):
+                return
+            self.tl_counts["snapshot_installed"] += 1
+            commit = max(min(self._SyncObj__raftCommitIndex, self._SyncObj__getCurrentLogIndex()),
+                         last_index)
+        self._SyncObj__raftCommitIndex = commit
+        self._SyncObj__raftLog.setRaftCommitIndex(commit)
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=last_index + 1, success=True)
+
+    def _tl_receive_chunk(self, serialized: Any) -> str | None:
+        """Writes one chunk ((data, is_first, is_last), pysyncobj's format) into the side file;
+        returns its path once complete and fsynced."""
+        data, is_first, is_last = serialized
+        dump_file = self._SyncObj__conf.fullDumpFile
+        if dump_file is None:
+            logger.error("raft: ignoring a snapshot from the leader: no fullDumpFile")
+            return None
+        path = str(dump_file) + _INCOMING_SNAPSHOT_SUFFIX
+        if is_first:
+            self._tl_close_incoming()
+            self._tl_incoming = open(path, "wb")  # noqa: SIM115 (open across messages)
+        elif self._tl_incoming is None:
+            return None  # its start went to an earlier connection: the leader restarts it
+        incoming = self._tl_incoming
+        try:
+            incoming.write(data)
+            if not is_last:
+                return None
+            incoming.flush()
+            os.fsync(incoming.fileno())
+        except OSError:
+            logger.exception("raft: cannot write a snapshot received from the leader")
+            self._tl_close_incoming()
+            return None
+        self._tl_close_incoming()
+        return path
+
+    def _tl_close_incoming(self) -> None:
+        incoming, self._tl_incoming = self._tl_incoming, None
+        if incoming is not None:
+            incoming.close()
+
+    def _tl_snapshot_last_entry(self, path: str) -> tuple[int, int]:
+        """(index, term) of a snapshot file's last entry, without loading it. This reads
+        pysyncobj's own format (a gzipped pickle); with a custom serializer, override it."""
+        if self._SyncObj__conf.deserializer is not None:
+            raise NotImplementedError("override _tl_snapshot_last_entry for this snapshot format")
+        with open(path, "rb") as f, gzip.GzipFile(fileobj=f) as g:
+            data = syncobj_module.pickle.load(g)
+        return int(data[1][1]), int(data[1][2])
+
+    # --- start and compaction
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        # pysyncobj calls this on its first tick (clearJournal=False); installs go through
+        # _tl_install_snapshot_chunk.
+        self._tl_load_dump(keep_matching_journal=not clearJournal)
+
+    def _tl_load_dump(self, *, keep_matching_journal: bool) -> bool:
+        """pysyncobj's __loadDumpFile, but the journal after the dump is kept when the journal
+        holds the dump's two entries; False if it could not be loaded (logged)."""
+        try:
+            data = self._SyncObj__serializer.deserialize()
+            if data[0] is not None:  # pysyncobj's pickled attributes and consumers, unchanged
+                consumers = self._SyncObj__consumers
+                self_data, consumers_data = (data[0][0], data[0][1:]) if consumers \
+                    else (data[0], [])
+                for key, value in self_data.items():
+                    self.__dict__[key] = value
+                for i, consumer in enumerate(consumers):
+                    consumer._deserialize(consumers_data[i])
+            last, prev = data[1], data[2]
+            log = self._SyncObj__raftLog
+            if keep_matching_journal and self._tl_holds(prev) and self._tl_holds(last):
+                if log[0][1] != prev[1]:  # pysyncobj would have cleared the journal
+                    self.tl_counts["dump_journal_kept"] += 1
+                self._SyncObj__deleteEntriesTo(prev[1])
+            else:
+                log.clear()
+                log.add(*prev)
+                log.add(*last)
+            self._SyncObj__raftLastApplied = last[1]
+            last_index = self._SyncObj__getCurrentLogIndex()
+            if self._SyncObj__raftCommitIndex > last_index:
+                self._SyncObj__raftCommitIndex = last_index
+                log.setRaftCommitIndex(last_index)
+            self._SyncObj__onSetCodeVersion(0)
+            return True
+        except Exception:
+            logger.exception("raft: failed to load the snapshot")
+            return False
+
+    def _tl_holds(self, entry: Any) -> bool:
+        ours = self._SyncObj__getEntries(entry[1], 1)
+        return bool(ours) and ours[0][2] == entry[2]
+
+    def _SyncObj__deleteEntriesTo(self, toIDx: int) -> None:
+        last_index = self._SyncObj__getCurrentLogIndex()
+        if toIDx >= last_index:
+            self.tl_counts["compaction_refused"] += 1
+            logger.critical("raft: not compacting the journal to index %d: its last entry is "
+                            "%d, and pysyncobj needs two", toIDx, last_index)
+            return
+        SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
+
+    # --- leader
+
+    def _tl_on_next_node_idx(self, node: Any, message: dict[str, Any]) -> None:
+        next_index = message["next_node_idx"]
+        next_indexes = self._SyncObj__raftNextIndex
+        if message["reset"]:  # a rejection says where to continue (as pysyncobj)
+            next_indexes[node] = next_index
+        if message["success"]:
+            match_indexes = self._SyncObj__raftMatchIndex
+            if match_indexes[node] < next_index - 1 and next_index < next_indexes[node]:
+                self.tl_counts["leader_stale_success"] += 1  # pysyncobj went back to it
+            match_indexes[node] = max(match_indexes[node], next_index - 1)
+            next_indexes[node] = max(next_indexes[node], next_index)
+        self._SyncObj__lastResponseTime[node] = syncobj_module.monotonicTime()
+
+
+class _RejectFloor:
+    """KNOWN_BUGS["reject-pingpong"] (sim seed 6), fixed where a follower sends its replies.
+
+    A follower with a conflicting entry rejects the first of several pipelined append_entries
+    with next=k (the conflict) and the later ones with next=its last index+1 (a gap); the
+    leader keeps the last reset it reads, so the walk back to k restarts forever and the
+    follower never catches up. Until its next success, a follower's rejections to a node say at
+    most the lowest ``next`` it rejected with since. The leader then never skips the conflict;
+    a lower ``next`` than needed only makes it resend entries the follower keeps (_tl_append).
+    The adapter's transport and tests/sim's patched mode both use this class.
+    """
+
+    def __init__(self) -> None:
+        self._lowest: dict[Any, int] = {}
+        self.rewrites = 0
+
+    def apply(self, node: Any, message: Any) -> Any:
+        if not isinstance(message, dict) or message.get("type") != "next_node_idx":
+            return message
+        if message["success"]:
+            self._lowest.pop(node, None)
+            return message
+        lowest = self._lowest.get(node)
+        if lowest is not None and message["next_node_idx"] > lowest:
+            self.rewrites += 1
+            return dict(message, next_node_idx=lowest)
+        self._lowest[node] = message["next_node_idx"]
+        return message
+
+
+class _SelfTestTransport(Transport):  # type: ignore[misc]
+    """Records what the SyncObj sends; no sockets."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        super().__init__(syncObj, selfNode, otherNodes)
+        self.sent: list[dict[str, Any]] = []
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    def send(self, node: Any, message: Any) -> bool:
+        self.sent.append(message)
+        return True
+
+    def deliver(self, node: Any, message: dict[str, Any]) -> dict[str, Any] | None:
+        """Hands ``message`` to the SyncObj as a received one; returns its reply, if any."""
+        before = len(self.sent)
+        self._onMessageReceived(node, message)
+        return self.sent[-1] if len(self.sent) > before else None
+
+
+_self_test_lock = threading.Lock()
+_self_test_passed = False
+
+
+def _self_test() -> None:
+    """Replays seed 244's messages (truncate-acked-on-resend) into a _PatchedSyncObj wired up
+    by SyncObj.__init__ as in production; raises PysyncobjMismatchError if Raft's answer is not
+    what comes back (the overrides are not reached, or pysyncobj changed under them)."""
+    global _self_test_passed
+    with _self_test_lock:
+        if _self_test_passed:
+            return
+        # No sockets, no pipe notifier (batch mode), an in-memory journal. SyncObj.__init__ also
+        # sets pysyncobj's process-wide DNS cache settings: these defaults are the adapter's.
+        conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=True, pollerType="select",
+                           dynamicMembershipChange=False, journalFile=None)
+        leader = Node("self-test-leader")
+        obj = _PatchedSyncObj(Node("self-test"), [leader], conf,
+                              transportClass=_SelfTestTransport)
+        try:
+            _run_self_test(obj, obj._SyncObj__transport, leader)
+        finally:
+            obj.destroy()
+        _self_test_passed = True
+
+
+def _run_self_test(obj: Any, transport: _SelfTestTransport, leader: Any) -> None:
+    def append(term: int, prev: tuple[int, int], entries: list[tuple[bytes, int, int]],
+               commit: int) -> dict[str, Any] | None:
+        return transport.deliver(leader, {
+            "type": "append_entries", "term": term, "commit_index": commit,
+            "prevLogIdx": prev[0], "prevLogTerm": prev[1], "entries": entries})
+
+    def log() -> list[tuple[int, int]]:
+        return [(entry[1], entry[2]) for entry in obj._SyncObj__raftLog[:]]
+
+    def check(what: str, ok: bool) -> None:
+        if not ok:
+            raise PysyncobjMismatchError(f"pysyncobj patch self-test failed: {what} (log "
+                                         f"{log()}, commit {obj.raftCommitIndex})")
+
+    a, b, c, x = (b"a", 2, 1), (b"b", 3, 1), (b"c", 4, 1), (b"x", 3, 2)
+    reply = append(1, (1, 0), [a, b, c], commit=1)
+    check("append", log() == [(1, 0), (2, 1), (3, 1), (4, 1)]
+          and reply == {"type": "next_node_idx", "next_node_idx": 5, "reset": False,
+                        "success": True})
+    reply = append(1, (1, 0), [a], commit=4)  # an older message, resent or reordered
+    check("a resend truncated matching entries", len(log()) == 4)
+    check("commit past the last new entry", obj.raftCommitIndex == 2)
+    check("resend reply", reply is not None and reply["next_node_idx"] == 3)
+    append(1, (1, 0), [], commit=4)  # an old heartbeat
+    check("a heartbeat truncated matching entries", len(log()) == 4)
+    reply = append(2, (2, 1), [x], commit=2)  # a new leader's conflicting entry 3
+    check("conflict", log() == [(1, 0), (2, 1), (3, 2)] and reply is not None
+          and reply["success"] and reply["next_node_idx"] == 4)
+
+    obj._SyncObj__raftState = _STATE_LEADER  # the leader's side: a stale success reply
+    obj._SyncObj__raftNextIndex[leader] = 10
+    obj._SyncObj__raftMatchIndex[leader] = 0
+    for next_index in (5, 3):
+        transport.deliver(leader, {"type": "next_node_idx", "next_node_idx": next_index,
+                                   "reset": False, "success": True})
+    check("a stale success moved nextIndex or matchIndex back",
+          obj._SyncObj__raftNextIndex[leader] == 10 and obj._SyncObj__raftMatchIndex[leader] == 4)
+    obj._SyncObj__raftState = _STATE_FOLLOWER
+
+
+class _TidelogSyncObj(_PatchedSyncObj):
+    """The patched SyncObj reading the adapter's snapshot format (see _encode_snapshot)."""
+
+    def _tl_snapshot_last_entry(self, path: str) -> tuple[int, int]:
+        last_entry, _prev, _cluster, _state = _decode_snapshot(Path(path).read_bytes())
+        return last_entry[1], last_entry[2]
 
 
 # ------------------------------------------------------------------------------ snapshot file

@@ -92,7 +92,14 @@ class ControllerConfig:
     election_timeout_min_ms: int = _doc("Raft election timeout, lower bound", 200)
     election_timeout_max_ms: int = _doc("Raft election timeout, upper bound", 500)
     append_entries_period_ms: int = _doc("Raft heartbeat period of the leader", 50)
-    snapshot_min_entries: int = _doc("take a metadata snapshot after this many Raft entries", 5000)
+    snapshot_min_entries: int = _doc(
+        "Raft log compaction: snapshot after this many entries; 0 = off (the default). Off, the "
+        "Raft log stays in memory and in the journal without bound and a restart replays all of "
+        "it (fine at metadata rates; ~0.5 s per 100k entries). On runs pysyncobj's snapshot "
+        "path, unsafe unpatched: an opt-in only with controller/raft.py's patches "
+        "(docs/decisions.md, Raft adapter)",
+        0,
+    )
     fence_check_interval_ms: int = _doc("how often the active controller checks sessions", 250)
     default_num_partitions: int = _doc("partitions of a topic created with -1 (num.partitions)", 1)
     default_replication_factor: int = _doc(

@@ -5,7 +5,10 @@ machine and a small HTTP control channel. The tests
 - kill -9 the leader several times, measuring the time to a new leader and to the first
   committed write, restart the killed node from its journal and wait for it to catch up;
 - kill -9 all three (after a snapshot on one of them), restart them, and compare the applied
-  state (count and SHA-256 of every batch, in order) on every node;
+  state (count and SHA-256 of every batch, in order) on every node; every process reports the
+  pysyncobj patches' counters (it runs controller/raft.py's _PatchedSyncObj);
+- with log compaction opted in (every 20 entries), kill -9 the leader and then a follower under
+  writes, and check that all three converge on the same state (snapshot installs included);
 - leave the leader alone and show that it cannot commit (it times out, then steps down), then
   bring a peer back and commit.
 Every process started is killed in the fixture's finally. The measured figures are printed
@@ -234,6 +237,9 @@ def test_kill9_all_then_restart_gives_identical_state(
         committed += 1
     wait_converged(nodes, committed)
     before = summaries(nodes)[0]
+    for node in nodes:
+        status = node.status()
+        assert status is not None and isinstance(status["pysyncobj_patches"], dict)
 
     for node in nodes:
         node.kill9()
@@ -246,6 +252,32 @@ def test_kill9_all_then_restart_gives_identical_state(
     print(f"\nfull-cluster kill -9 and restart: write after {time.monotonic() - restarted_at:.3f} s"
           " (includes 3 process starts)")
     wait_converged(nodes, committed + 1)
+
+
+def test_compaction_opt_in_survives_kill9_of_leader_and_follower(
+    cluster: Callable[..., list[Node]],
+) -> None:
+    nodes = cluster(["--snapshot-min-entries", "20"])
+    committed = 0
+    for round_ in range(2):  # kill -9 the leader, then a follower, each under writes
+        victim = wait_for(lambda: leader_of(nodes), "a leader")
+        if round_ == 1:
+            victim = next(n for n in nodes if n is not victim)
+        for i in range(30):
+            write_until_ok(nodes, b"compacted-%d-%d" % (round_, i))
+            committed += 1
+        victim.kill9()
+        survivors = [n for n in nodes if n is not victim]
+        for i in range(50):  # the victim misses more than a compaction's worth of entries
+            write_until_ok(survivors, b"while-down-%d-%d" % (round_, i))
+            committed += 1
+        victim.start()
+        wait_converged(nodes, committed)
+        victim_status = victim.status()
+        assert victim_status is not None
+        # It was more than a compaction behind: it caught up by installing the leader's snapshot.
+        assert victim_status["pysyncobj_patches"].get("snapshot_installed", 0) >= 1, victim_status
+    assert all(node.data_dir.joinpath("raft.snapshot").exists() for node in nodes)
 
 
 def test_leader_left_alone_cannot_commit(cluster: Callable[..., list[Node]]) -> None:

@@ -36,7 +36,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -141,6 +141,14 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
         "seed": 244, "overrides": {"duration_s": 60.0, "snapshots": True,
                                    "workarounds": ["reject-pingpong", "snapshot-commit"]},
     },
+    "truncate-acked-no-snapshots": {
+        "what": "truncate-acked-on-resend without log compaction: n1 acknowledged entries "
+                "397-398, then truncated them on a resend of 365-396 (after the leader's "
+                "nextIndex went back on a stale success); the leader n0 had committed 398 "
+                "counting that ack; n1, elected in term 22, wrote another entry at 398, and n0, "
+                "restarted, applied its committed 398 (state machine safety)",
+        "seed": 1064, "overrides": {"duration_s": 60.0},
+    },
     "compaction-empties-journal": {
         "what": "a compaction serialized at index i finishes (deleteEntriesTo(i)) after an "
                 "append_entries truncated the journal below i: the journal is left empty and "
@@ -165,6 +173,28 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
                                  {"appendEntriesBatchSizeBytes": 1024}},
     },
 }
+
+
+def adapter_patches() -> Any:
+    """controller/raft.py, where Tidelog's pysyncobj patches live. Imported on first use: the
+    import checks that the installed pysyncobj is the one they were verified against."""
+    from controller import raft
+
+    return raft
+
+
+def _syncobj_class(patched: str) -> type:
+    if not patched:
+        return SyncObj
+    patched_class: type = adapter_patches()._PatchedSyncObj
+    if patched == "adapter":
+        return patched_class
+    if patched == "follower-only":
+        return type("FollowerOnlyPatches", (patched_class,), {
+            "_tl_on_next_node_idx": lambda self, node, message:
+                SyncObj._SyncObj__onMessageReceived(self, node, message),
+        })
+    raise ValueError(f"unknown patched mode {patched!r}")
 
 
 class PysyncobjRaised(AssertionError):
@@ -227,6 +257,13 @@ class SimConfig:
     workarounds: frozenset[str] = frozenset()
     net: NetConfig = field(default_factory=NetConfig)
     raft: tuple[tuple[str, Any], ...] = RAFT_DEFAULTS
+    #: Run pysyncobj with Tidelog's patches (the adapter's own code, imported: adapter_patches):
+    #: "adapter" puts controller/raft.py's _PatchedSyncObj in place of SyncObj and its
+    #: transport's _RejectFloor on every reply a follower sends; "follower-only" is the same
+    #: with the leader's reply handling left as pysyncobj's (its stale-success nextIndex
+    #: regression makes resends frequent, so the follower's rule is shown to hold alone).
+    #: "" runs pysyncobj as is. Not combined with ``workarounds``.
+    patched: str = ""
 
     def raft_conf(self) -> dict[str, Any]:
         return dict(self.raft)
@@ -288,6 +325,9 @@ class SimResult:
     behind: list[str]
     anomalies: list[str]
     nodes: int
+    #: Patched runs: how often each of the adapter's patched paths ran (_PatchedSyncObj.tl_counts,
+    #: plus "reject_floor_rewrite"), summed over every node process of the run.
+    patch_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def majority_converged(self) -> bool:
@@ -297,9 +337,10 @@ class SimResult:
 
     def summary(self) -> str:
         critical = sum(1 for a in self.anomalies if "CRITICAL" in a)
+        patched = f", patched paths {self.patch_counts}" if self.patch_counts else ""
         return (f"seed {self.seed}: {self.simulated_s:.1f} simulated s, {self.events} events, "
                 f"{self.terms} terms, {self.applied} batches applied, ops {self.ops}, "
-                f"faults {self.faults}, {critical} pysyncobj CRITICAL lines, "
+                f"faults {self.faults}, {critical} pysyncobj CRITICAL lines{patched}, "
                 f"behind: {self.behind or 'none'}")
 
 
@@ -350,7 +391,10 @@ class Simulation:
         self._seq = 0
         self._tiebreak = self.rng_for("tiebreak")
         self._client_rng = self.rng_for("clients")
+        if config.patched and config.workarounds:
+            raise ValueError("patched runs use the adapter's fixes only, not the sim's workarounds")
         self._raft_conf = config.raft_conf()
+        self._syncobj_class = _syncobj_class(config.patched)
         self._tick_period_s = float(self._raft_conf.get("autoTickPeriod", 0.05))
         self.env = SimEnvironment()
         self._dump_dir = tempfile.mkdtemp(prefix="raftsim-")
@@ -374,6 +418,7 @@ class Simulation:
         self._pending_results: list[tuple[_Op, Any, int]] = []
         self.anomalies: list[str] = []
         self.behind: list[str] = []
+        self.patch_counts: Counter[str] = Counter()
         self._current: int | None = None
 
     # --- services for the network, the faults and the environment -------------------------------
@@ -482,8 +527,8 @@ class Simulation:
         self.env.next_journal = node.journal
         self._enter(node)
         try:
-            node.so = SyncObj(node.obj, others, conf, consumers=[log], nodeClass=SimNode,
-                              transportClass=transport_class)
+            node.so = self._syncobj_class(node.obj, others, conf, consumers=[log],
+                                          nodeClass=SimNode, transportClass=transport_class)
         finally:
             self._leave()
         self.net.register(i, node.so._SyncObj__transport)
@@ -518,6 +563,10 @@ class Simulation:
 
     def _release_process(self, node: _Node) -> None:
         """Close what a SyncObj holds outside Python objects (its pipe notifier's fds)."""
+        if self.config.patched and node.so is not None:
+            self.patch_counts.update(node.so.tl_counts)
+            floor = node.so._SyncObj__transport.reject_floor
+            self.patch_counts["reject_floor_rewrite"] += floor.rewrites
         notifier = getattr(node.so, "_SyncObj__pipeNotifier", None)
         for attr in ("_PipeNotifier__pipeR", "_PipeNotifier__pipeW"):
             fd = getattr(notifier, attr, None)
@@ -626,6 +675,9 @@ class Simulation:
         faults_end_us = int((config.warmup_s + config.duration_s) * US)
         load_end_us = faults_end_us + int(config.settle_load_s * US)
         end_us = load_end_us + int(config.converge_max_s * US)
+        if config.patched:
+            # The adapter's start-up self-test, outside the simulated clock (it builds a SyncObj).
+            adapter_patches()._self_test()
         with patched_pysyncobj(self.env):
             try:
                 for i in range(config.nodes):
@@ -762,6 +814,7 @@ class Simulation:
             terms=len(self.checker.leader_of_term), faults=dict(self.faults.counts),
             messages=dict(self.net.counters), applied=len(self.checker.batch_at_position),
             behind=list(self.behind), anomalies=list(self.anomalies), nodes=self.config.nodes,
+            patch_counts=dict(sorted((k, v) for k, v in self.patch_counts.items() if v)),
         )
 
 

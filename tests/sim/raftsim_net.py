@@ -100,6 +100,12 @@ class SimTransport(Transport):
         self.index = index
         self.alive = True
         self._lowest_reject: dict[int, int] = {}
+        #: The adapter's fix for reject-pingpong (patched runs): the very class its transport uses.
+        self.reject_floor: Any = None
+        if net.sim.config.patched:
+            from raftsim import adapter_patches
+
+            self.reject_floor = adapter_patches()._RejectFloor()
         syncObj.addOnTickCallback(self._on_tick)
 
     def _on_tick(self) -> None:
@@ -228,6 +234,9 @@ class SimNetwork:
             return False
         if "reject-pingpong" in self.sim.config.workarounds:
             message = self.transports[a].keep_lowest_reject(b, message)
+        floor = self.transports[a].reject_floor
+        if floor is not None:
+            message = floor.apply(b, message)
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         self.counters["sent"] += 1
         if self.config.datagram and self.rng.random() < self.config.drop_rate:

@@ -10,7 +10,9 @@ callbacks in order, with a NoOp proposed from the callback; snapshots through th
 serializer (forced compaction, restart, restore + journal replay; install on a lagging follower;
 a corrupt snapshot or a failing state machine stopping the node); journal entries holding only
 the batch bytes (decoded with an unpickler that refuses every global); every SyncObjConf field
-set explicitly; pysyncobj's truncation CRITICAL re-logged at WARNING.
+set explicitly; compaction off by default (pysyncobj's two thresholds out of reach); and the
+pysyncobj patches (controller/raft.py's _PatchedSyncObj, proven in tests/sim): used by every
+quorum, refused on any other pysyncobj, the self-test, and the transport's rejection floor.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-import logging
+import math
 import pickle
 import socket
 import struct
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pysyncobj import SyncObjConf
 
 from controller import raft
 from controller.raft import (
@@ -438,13 +441,92 @@ def test_failing_state_machine_stops_the_node(cluster: Cluster) -> None:
     assert events[-1][0] is False
 
 
-def test_truncation_critical_is_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
-    raft._install_log_filter()
-    raft._install_log_filter()  # idempotent
-    syncobj_logger = logging.getLogger("pysyncobj.syncobj")
-    assert sum(isinstance(f, raft._DowngradeTruncationLog) for f in syncobj_logger.filters) == 1
-    with caplog.at_level(logging.DEBUG, logger="pysyncobj.syncobj"):
-        syncobj_logger.critical("truncating already-applied log entries from index %d "
-                                "(last applied: %d) - state machine may have diverged", 7, 9)
-        syncobj_logger.critical("some other critical problem")
-    assert [r.levelname for r in caplog.records] == ["WARNING", "CRITICAL"]
+def test_compaction_is_off_by_default(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pysyncobj compacts when the log is longer than logCompactionMinEntries OR the last
+    compaction is older than logCompactionMinTime: off means both out of reach."""
+    real_conf = raft.SyncObjConf
+    passed: list[dict[str, Any]] = []
+
+    def recording_conf(**kwargs: Any) -> Any:
+        passed.append(kwargs)
+        return real_conf(**kwargs)
+
+    monkeypatch.setattr(raft, "SyncObjConf", recording_conf)
+    assert RaftSettings().snapshot_min_entries == 0 and not RaftSettings().snapshots_on
+    cluster.start_all(1)
+    assert passed[-1]["logCompactionMinEntries"] >= 2**62
+    assert passed[-1]["logCompactionMinTime"] == math.inf
+    on = dataclasses.replace(SINGLE, snapshot_min_entries=20, snapshot_interval_s=30.0)
+    cluster.start_all(1, on)
+    assert passed[-1]["logCompactionMinEntries"] == 20
+    assert passed[-1]["logCompactionMinTime"] == 30.0
+    for bad in (1, -1):
+        with pytest.raises(ValueError, match="snapshot_min_entries"):
+            RaftSettings(snapshot_min_entries=bad)
+
+
+def test_quorums_run_the_patched_syncobj(cluster: Cluster) -> None:
+    (quorum,), _ = cluster.start_all(1)
+    wait_leader([quorum])
+    assert isinstance(quorum._syncobj, raft._PatchedSyncObj)
+    assert raft._self_test_passed
+    propose_all(quorum, [b"one"])
+    counts = quorum.status()["pysyncobj_patches"]
+    assert counts.get("reject_floor_rewrite") == 0  # a lone node rejects nothing
+
+
+def test_pysyncobj_other_than_the_verified_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raft._check_pysyncobj()  # the installed one passes (it did at import)
+    monkeypatch.setattr(raft.pysyncobj_version, "VERSION", "0.3.18")
+    with pytest.raises(raft.PysyncobjMismatchError, match=r"0\.3\.18 is installed"):
+        raft._check_pysyncobj()
+    monkeypatch.undo()
+    monkeypatch.setitem(raft._PYSYNCOBJ_SHA256, "syncobj.py", "0" * 64)
+    with pytest.raises(raft.PysyncobjMismatchError, match="re-verify"):
+        raft._check_pysyncobj()
+
+
+def test_self_test_tells_the_patched_follower_from_pysyncobjs() -> None:
+    """The start-up self-test passes on the patched SyncObj and fails on pysyncobj's own."""
+    from pysyncobj.node import Node
+
+    conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=True, pollerType="select",
+                       dynamicMembershipChange=False, journalFile=None)
+    for cls, fails in ((raft._PatchedSyncObj, False), (raft.SyncObj, True)):
+        leader = Node("leader")
+        obj = cls(Node("self"), [leader], conf, transportClass=raft._SelfTestTransport)
+        try:
+            if fails:
+                with pytest.raises(raft.PysyncobjMismatchError, match="truncated matching"):
+                    raft._run_self_test(obj, obj._SyncObj__transport, leader)
+            else:
+                raft._run_self_test(obj, obj._SyncObj__transport, leader)
+        finally:
+            obj.destroy()
+
+
+def test_patched_syncobj_refuses_dynamic_membership() -> None:
+    conf = SyncObjConf(autoTick=False, dynamicMembershipChange=True, journalFile=None)
+    with pytest.raises(ValueError, match="dynamic membership"):
+        raft._PatchedSyncObj("127.0.0.1:1", [], conf)
+
+
+def test_reject_floor_keeps_the_conflict_until_a_success() -> None:
+    """reject-pingpong: a pipelined gap rejection (next=last+1) must not undo a conflict one."""
+    floor = raft._RejectFloor()
+
+    def reply(next_index: int, success: bool = False) -> int:
+        message = {"type": "next_node_idx", "next_node_idx": next_index, "reset": not success,
+                   "success": success}
+        return int(floor.apply("leader", message)["next_node_idx"])
+
+    assert reply(40) == 40  # conflict at 40
+    assert reply(57) == 40 and reply(57) == 40  # gaps, pipelined behind it
+    assert reply(38) == 38  # a lower conflict lowers the floor
+    assert reply(41, success=True) == 41  # a success clears it
+    assert reply(57) == 57
+    assert floor.rewrites == 2
+    keepalive = {"type": "tidelog_keepalive"}
+    assert floor.apply("leader", keepalive) is keepalive
