@@ -5,7 +5,8 @@ A broker's life, as in Kafka's KRaft:
 1. **Register** with its incarnation id (a UUID per process start). It gets a broker epoch, the
    metadata offset of its RegisterBrokerRecord, and starts *fenced*. A re-send from the same
    incarnation is idempotent (same epoch, no records). A different incarnation is refused with
-   DUPLICATE_BROKER_REGISTRATION while the old one's session is live; otherwise it replaces the
+   DUPLICATE_BROKER_REGISTRATION while the old one is unfenced, not shutting down and its session
+   is live; otherwise it replaces the
    old registration, and the old incarnation's leaderships and ISR memberships go in the same
    batch (it may have crashed with unflushed data).
 2. **Heartbeat** every couple of seconds with the metadata offset it has applied. Once that
@@ -89,8 +90,14 @@ class ClusterControlManager:
                 self._heartbeats.touch(request.broker_id, now_ms)
                 response.broker_epoch = existing.broker_epoch
                 return [], response
-            if existing is not None and self._heartbeats.has_valid_session(
-                request.broker_id, now_ms
+            # A fenced registration, or one whose broker completed (or began) a controlled
+            # shutdown, may be replaced at once: that incarnation is not serving. Otherwise a
+            # clean restart would wait out a session the new active controller just granted.
+            if (
+                existing is not None
+                and not existing.fenced
+                and not existing.in_controlled_shutdown
+                and self._heartbeats.has_valid_session(request.broker_id, now_ms)
             ):
                 raise DuplicateBrokerRegistrationError(
                     f"broker {request.broker_id} is registered by another incarnation "
