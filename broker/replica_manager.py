@@ -448,6 +448,13 @@ class ReplicaManager:
             common = RecordListTooLargeError(
                 f"produce request of {request.ByteSize()} bytes is above the limit of "
                 f"{self.config.produce_request_bytes_max}")
+        elif not self._metadata_caught_up():
+            # Until the active controller says this broker's metadata reached its registration,
+            # the image may be a prefix that still names this broker leader at an old epoch
+            # (a restart that streamed from a controller still replaying its journal). Writes
+            # taken then could be acknowledged (acks=0/1) and later truncated away.
+            common = NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is catching up with the metadata log; retry")
         response = pb.ProduceResponse()
         pending: list[_Pending] = []
         now_ms, monotonic_ms = _wall_ms(), _monotonic_ms()

@@ -116,6 +116,8 @@ class Cluster:
         self.registries: dict[int, CollectorRegistry] = {}
         self._applied: dict[int, tuple[MetadataImage, int]] = {}  # broker → (image, log index)
         self.generation: dict[int, int] = dict.fromkeys(broker_ids, 1)
+        # What the active controller last said of each broker's metadata (heartbeat is_caught_up).
+        self.caught_up: dict[int, bool] = dict.fromkeys(broker_ids, True)
         for broker_id in broker_ids:
             format_data_dir(self.data_dir(broker_id), CLUSTER_ID, broker_id)
 
@@ -140,7 +142,8 @@ class Cluster:
             broker_id=broker_id, data_dir=self.data_dir(broker_id), cluster_id=CLUSTER_ID,
             controller=self, broker_epoch=lambda: self.controller.broker_epoch(broker_id),
             config=self.config, transport=self.network.transport(broker_id),
-            metrics=BrokerMetrics(registry))
+            metrics=BrokerMetrics(registry),
+            metadata_caught_up=lambda: self.caught_up[broker_id])
         await manager.start()
         self.managers[broker_id] = manager
         self.registries[broker_id] = registry

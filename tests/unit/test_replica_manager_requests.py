@@ -294,6 +294,43 @@ def test_deleted_topic_data_goes_from_every_broker_and_from_one_that_was_down(tm
     scenario(tmp_path, body)
 
 
+def test_a_broker_not_yet_caught_up_takes_no_writes_and_deletes_no_strays(tmp_path: Path
+                                                                          ) -> None:
+    """Until the active controller confirms the broker's metadata reached its registration, the
+    image may be a prefix of the log (a restart that streamed from a controller still replaying
+    its journal): logs it does not name are kept, and produce is refused (retriable)."""
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        before_topic = len(c.controller.log)
+        topic_id = c.create_topic("t", [[1, 2, 3]])
+        await c.produce("t", batch(b"a"))
+        await c.converged("t", (1, 2, 3))
+        await c.crash_and_fence(3)
+        # Broker 3 comes back and first sees only the log's prefix from before topic t.
+        c.caught_up[3] = False
+        c.generation[3] += 1
+        c.controller.register(3, generation=c.generation[3])
+        full = c.controller.log
+        c.controller.log = full[:before_topic]
+        manager = await c.start(3)
+        c.controller.log = full
+        manager.run_job("gauges")
+        assert [tp.topic_id for tp in manager.storage.partitions()] == [topic_id], \
+            "a log is not deleted on metadata that is not known to be complete"
+        c.controller.heartbeat(3)
+        c.publish()
+        c.create_topic("u", [[3]])
+        assert c.leader_of("u") == 3
+        refused = await c.produce("u", batch(b"x"), acks=1)
+        assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, refused
+        assert "catching up" in refused.error_message
+        c.caught_up[3] = True
+        assert (await c.produce("u", batch(b"x"), acks=1)).error_code == ErrorCode.NONE
+        manager.run_job("gauges")
+        assert manager.partition(topic_id, 0) is not None, "t is alive: a follower here again"
+    scenario(tmp_path, body)
+
+
 def test_retention_job_deletes_old_data_on_leader_and_followers(tmp_path: Path) -> None:
     async def body(c: Cluster) -> None:
         await c.start_all()
