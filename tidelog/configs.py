@@ -168,13 +168,14 @@ def _int(
 _DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "cleanup.policy", "log.cleanup.policy", ConfigType.LIST, "delete",
-        "delete: drop old data by retention.ms/retention.bytes; compact: keep the last record "
-        "per key",
+        "delete: drop old data by retention.ms/retention.bytes; compact: accepted, but log "
+        "compaction is not implemented yet (a topic without delete keeps all its data)",
         choices=("delete", "compact"),
     ),
     ConfigDef(
         "compression.type", "compression.type", ConfigType.STRING, "producer",
-        "codec the leader stores batches with; producer keeps the producer's codec",
+        "codec for stored batches; only producer (keep the producer's codec) is applied so "
+        "far: other values are accepted and stored, and batches are still kept as produced",
         choices=("uncompressed", "gzip", "lz4", "zstd", "producer"),
     ),
     _long(
