@@ -23,7 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,17 +180,18 @@ class LocalCluster:
         return not _is_zombie(pid)
 
     # ------------------------------------------------------------------ processes
-    def start(self, name: str) -> int:
-        """Start one node (no-op when it already runs); returns its pid."""
+    def start(self, name: str, *, env: Mapping[str, str] | None = None) -> int:
+        """Start one node (no-op when it already runs); returns its pid. ``env``: extra
+        environment variables for the process (tests use it to route a node through a proxy)."""
         spec = self.nodes[name]
         if self.is_running(name):
             return spec.pid
         log = open(self.log_path(name), "ab")  # noqa: SIM115 - handed to the child
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         proc = subprocess.Popen(
             [sys.executable, "-m", "tidelog.cli", "server", "--config",
              str(self.config_path(name))],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
             start_new_session=True,  # a Ctrl-C in the user's terminal does not reach the nodes
         )
         log.close()

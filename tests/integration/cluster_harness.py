@@ -11,7 +11,10 @@ free ports, one TOML config and one formatted data dir per node, one OS process 
   the same live leader in DescribeQuorum);
 - faults by node name: ``kill`` (kill -9), ``pause`` (SIGSTOP), ``resume`` (SIGCONT), ``stop``
   (SIGTERM, graceful), ``restart``, and ``start`` again after any of them;
-- what in-process components need: ``voters`` (VoterConfig for ControllerClient), ``cluster_id``.
+- what in-process components need: ``voters`` (VoterConfig for ControllerClient), ``cluster_id``;
+- per-node environment variables (``env={"broker-1": {"grpc_proxy": "http://..."}}`` or
+  :meth:`set_env`), added to the environment of every later start of that node, e.g. to send a
+  node's outgoing gRPC connections through a proxy in a network-fault test.
 
 Node names are LocalCluster's: ``controller-1..C`` (node ids 1..C) and ``broker-101..`` (ids
 101..). Broker processes: ``brokers=N`` lays them out (configs, data dirs, ports) and
@@ -76,8 +79,10 @@ def _sweep() -> None:
 class ClusterHarness:
     """Real controller (and later broker) processes for one test or module (see module doc)."""
 
-    def __init__(self, local: LocalCluster) -> None:
+    def __init__(self, local: LocalCluster,
+                 env: dict[str, dict[str, str]] | None = None) -> None:
         self.local = local
+        self._env: dict[str, dict[str, str]] = {n: dict(e) for n, e in (env or {}).items()}
         self._paused: set[str] = set()
         self._stubs: dict[str, Any] = {}
         self._channels: list[Any] = []
@@ -95,11 +100,13 @@ class ClusterHarness:
         brokers: int = 0,
         overrides: dict[str, dict[str, Any]] | None = None,
         cluster_id: str | None = None,
+        env: dict[str, dict[str, str]] | None = None,
     ) -> ClusterHarness:
-        """Lay out a cluster (configs, formatted data dirs, ports); nothing runs yet."""
+        """Lay out a cluster (configs, formatted data dirs, ports); nothing runs yet.
+        ``env``: extra environment variables per node name (see :meth:`set_env`)."""
         local = LocalCluster.create(base_dir, controllers=controllers, brokers=brokers,
                                     cluster_id=cluster_id, overrides=overrides)
-        return cls(local)
+        return cls(local, env)
 
     @classmethod
     @contextlib.contextmanager
@@ -111,11 +118,12 @@ class ClusterHarness:
         brokers: int = 0,
         overrides: dict[str, dict[str, Any]] | None = None,
         cluster_id: str | None = None,
+        env: dict[str, dict[str, str]] | None = None,
     ) -> Iterator[ClusterHarness]:
         """Create, start the controllers, wait for a leader; always kill everything on exit.
         Broker processes (if laid out) are left for the test to start."""
         harness = cls.create(base_dir, controllers=controllers, brokers=brokers,
-                             overrides=overrides, cluster_id=cluster_id)
+                             overrides=overrides, cluster_id=cluster_id, env=env)
         try:
             harness.start_controllers()
             harness.wait_for_leader()
@@ -173,6 +181,15 @@ class ClusterHarness:
     def log_tail(self, name: str, lines: int = 30) -> str:
         return self.local.log_tail(name, lines)
 
+    def set_env(self, name: str, env: dict[str, str]) -> None:
+        """Extra environment variables for every later start of ``name`` (replacing earlier
+        ones; {} = none). A running node keeps the environment it was started with."""
+        self.node(name)  # KeyError for an unknown node
+        if env:
+            self._env[name] = dict(env)
+        else:
+            self._env.pop(name, None)
+
     # --- processes -----------------------------------------------------------------------------
 
     def start(self, *names: str, wait: bool = True, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -180,7 +197,7 @@ class ClusterHarness:
         for name in names:
             if name in self._paused:
                 self.resume(name)
-            self.local.start(name)
+            self.local.start(name, env=self._env.get(name))
         if wait and names:
             self.wait_ready(list(names), timeout_s=timeout_s)
 
