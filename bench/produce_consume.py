@@ -12,7 +12,12 @@ the cluster as local processes, then measures twice, in the same run (100-byte v
   1. produce throughput, RF=1, acks=1 (topic of 6 partitions);
   2. produce throughput, RF=3, acks=all, min.insync.replicas=2;
   3. consume throughput, reading back what phase 1 wrote;
-  4. end-to-end latency (send → poll) at a fixed 2,000 records/s, RF=3, acks=all: p50/p99.
+  4. end-to-end latency (send → poll) at a fixed 2,000 records/s, RF=3, acks=all: p50/p99;
+
+* ``client_send_many``: phases 1 and 2 again through ``Producer.send_many`` (1,000 values per
+  call) instead of one ``send()`` per record.
+
+``--modes`` picks the modes to run (default: all three, in that order).
 
 Servers and the load share the machine's cores, as in the issue's reference figures. Every phase
 is bounded by ``--records`` and ``--seconds`` (raw phases by ``--raw-seconds``), so the default
@@ -167,8 +172,9 @@ def broker_raw(bootstrap: str, *, records: int, seconds: float) -> dict[str, Any
 
 def meets(section: dict[str, Any]) -> dict[str, bool]:
     """Which targets a mode's figures meet."""
-    out = {name: section[name]["records_per_s"] >= TARGETS[name]
-           for name in ("produce_rf1_acks1", "produce_rf3_acks_all", "consume")}
+    out: dict[str, bool] = {name: section[name]["records_per_s"] >= TARGETS[name]
+           for name in ("produce_rf1_acks1", "produce_rf3_acks_all", "consume")
+           if name in section}
     e2e = section.get("end_to_end_rf3_acks_all")
     if e2e is not None:
         out["e2e_p99_ms"] = 0 <= e2e["p99_ms"] <= TARGETS["e2e_p99_ms"]
@@ -179,14 +185,19 @@ def meets(section: dict[str, Any]) -> dict[str, bool]:
 
 
 def produce(bootstrap: str, topic: str, *, acks: Any, records: int, seconds: float,
-            linger_ms: int = 5, batch_size: int = 256 * 1024) -> dict[str, float]:
+            linger_ms: int = 5, batch_size: int = 256 * 1024,
+            send_many: bool = False) -> dict[str, float]:
+    values = [VALUE] * 1000
     with Producer(bootstrap, acks=acks, linger_ms=linger_ms, batch_size=batch_size) as p:
         started = time.perf_counter()
         deadline = started + seconds
         sent = 0
         while sent < records and time.perf_counter() < deadline:
-            for _ in range(1000):
-                p.send(topic, VALUE)
+            if send_many:
+                p.send_many(topic, values)
+            else:
+                for _ in range(1000):
+                    p.send(topic, VALUE)
             sent += 1000
         p.flush()
         elapsed = time.perf_counter() - started
@@ -263,27 +274,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     NewTopic("e2e", num_partitions=1, replication_factor=3, configs=isr2),
                 ]).all()
             time.sleep(1.0)  # leaders take over their partitions
-            raw = broker_raw(bootstrap, records=args.records * 10, seconds=args.raw_seconds)
-            rf1 = produce(bootstrap, "rf1", acks=1, records=args.records, seconds=args.seconds)
-            print(f"produce RF=1 acks=1: {rf1['records_per_s']:,} records/s")
-            rf3 = produce(bootstrap, "rf3", acks="all", records=args.records,
-                          seconds=args.seconds)
-            print(f"produce RF=3 acks=all: {rf3['records_per_s']:,} records/s")
-            cons = consume(bootstrap, "rf1", partitions=PARTITIONS, records=int(rf1["records"]),
-                           seconds=args.seconds)
-            print(f"consume: {cons['records_per_s']:,} records/s")
-            e2e = end_to_end(bootstrap, "e2e", seconds=min(10.0, args.seconds))
-            print(f"end-to-end at {E2E_RATE}/s RF=3 acks=all: p50 {e2e['p50_ms']} ms, "
-                  f"p99 {e2e['p99_ms']} ms")
-    client = {"produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3, "consume": cons,
-              "end_to_end_rf3_acks_all": e2e}
+            out: dict[str, Any] = {}
+            if "broker_raw" in args.modes:
+                out["broker_raw"] = broker_raw(bootstrap, records=args.records * 10,
+                                               seconds=args.raw_seconds)
+            if "client" in args.modes:
+                out["client"] = client(bootstrap, args)
+            if "client_send_many" in args.modes:
+                out["client_send_many"] = client_send_many(bootstrap, args)
     return {
-        "bench": "produce_consume", "value_bytes": len(VALUE),
-        "broker_raw": raw, "client": client,
+        "bench": "produce_consume", "value_bytes": len(VALUE), **out,
         "targets": TARGETS,
-        "meets_targets": {"broker_raw": meets(raw), "client": meets(client)},
+        "meets_targets": {mode: meets(section) for mode, section in out.items()},
         "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()},
     }
+
+
+def client(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+    rf1 = produce(bootstrap, "rf1", acks=1, records=args.records, seconds=args.seconds)
+    print(f"produce RF=1 acks=1: {rf1['records_per_s']:,} records/s")
+    rf3 = produce(bootstrap, "rf3", acks="all", records=args.records, seconds=args.seconds)
+    print(f"produce RF=3 acks=all: {rf3['records_per_s']:,} records/s")
+    cons = consume(bootstrap, "rf1", partitions=PARTITIONS, records=int(rf1["records"]),
+                   seconds=args.seconds)
+    print(f"consume: {cons['records_per_s']:,} records/s")
+    e2e = end_to_end(bootstrap, "e2e", seconds=min(10.0, args.seconds))
+    print(f"end-to-end at {E2E_RATE}/s RF=3 acks=all: p50 {e2e['p50_ms']} ms, "
+          f"p99 {e2e['p99_ms']} ms")
+    return {"produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3, "consume": cons,
+            "end_to_end_rf3_acks_all": e2e}
+
+
+def client_send_many(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+    rf1 = produce(bootstrap, "rf1", acks=1, records=args.records, seconds=args.seconds,
+                  send_many=True)
+    print(f"send_many produce RF=1 acks=1: {rf1['records_per_s']:,} records/s")
+    rf3 = produce(bootstrap, "rf3", acks="all", records=args.records, seconds=args.seconds,
+                  send_many=True)
+    print(f"send_many produce RF=3 acks=all: {rf3['records_per_s']:,} records/s")
+    return {"produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3}
 
 
 def main() -> None:
@@ -294,7 +323,13 @@ def main() -> None:
                         help="seconds per client phase at most")
     parser.add_argument("--raw-seconds", type=float, default=5.0,
                         help="seconds per broker_raw phase at most")
+    parser.add_argument("--modes", type=lambda v: v.split(","),
+                        default=["broker_raw", "client", "client_send_many"],
+                        help="comma-separated: broker_raw, client, client_send_many")
     args = parser.parse_args()
+    unknown = set(args.modes) - {"broker_raw", "client", "client_send_many"}
+    if unknown:
+        parser.error(f"unknown modes: {sorted(unknown)}")
     print(json.dumps(run(args)))
 
 

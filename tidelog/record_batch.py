@@ -29,6 +29,7 @@ from tidelog.errors import (
 )
 from tidelog.v1.common_pb2 import (
     CompressionType,
+    Record,
     RecordBatch,
     Records,
     TimestampType,
@@ -38,9 +39,11 @@ __all__ = [
     "ConsumerRecord",
     "NewRecord",
     "RecordBatch",
+    "RecordsBuilder",
     "assign",
     "batch_crc",
     "build_batch",
+    "checked_records",
     "decode_record_fields",
     "decode_records",
     "last_offset",
@@ -136,63 +139,167 @@ def build_batch(
     """
     if compression not in _SUPPORTED_CODECS:
         raise UnsupportedCompressionTypeError(f"compression codec {compression} is not supported")
-    payload, count, first_ts, max_ts = _encode_records(records, now_ms)
-    batch = RecordBatch(
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        record_count=count,
-        first_timestamp=first_ts,
-        max_timestamp=max_ts,
-        compression=compression,  # type: ignore[arg-type]
-        timestamp_type=TimestampType.CREATE_TIME,
-        uncompressed_size=len(payload),
-        records=compress(compression, payload),
-    )
-    batch.crc = batch_crc(batch)
-    data: bytes = batch.SerializeToString()
-    if len(data) > max_bytes:
-        raise MessageTooLargeError(
-            f"batch of {count} records is {len(data)} bytes, above the limit of {max_bytes}"
+    builder = RecordsBuilder()
+    for new in records:
+        builder.append(new.key, new.value, new.headers,
+                       now_ms if new.timestamp_ms is None else new.timestamp_ms)
+    return builder.build(compression=compression, producer_id=producer_id,
+                         producer_epoch=producer_epoch, base_sequence=base_sequence,
+                         max_bytes=max_bytes)
+
+
+# Protobuf wire encoding of ``Records`` (common.proto), written by hand so a producer can encode
+# each record as it is appended (one pass, no message objects). The bytes are exactly what
+# ``Records.SerializeToString()`` gives for the same records: fields in number order, proto3
+# zero values (offset_delta 0, timestamp_delta 0, an empty header key) left out, optional
+# fields written whenever present (an empty key or value too). tests/unit/test_record_batch.py
+# checks that equality.
+_VARINT_TABLE_SIZE = 1 << 14  # every one- and two-byte varint
+_VARINTS: list[bytes] = [bytes((n,)) for n in range(0x80)] + [
+    bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, _VARINT_TABLE_SIZE)
+]
+_TAG_RECORD = b"\x0a"  # Records.records = 1, length-delimited
+_TAG_OFFSET_DELTA = b"\x08"  # Record.offset_delta = 1, varint
+_TAG_TIMESTAMP_DELTA = b"\x10"  # Record.timestamp_delta = 2, varint
+_TAG_KEY = b"\x1a"  # Record.key = 3
+_TAG_VALUE = b"\x22"  # Record.value = 4
+_TAG_HEADER = b"\x2a"  # Record.headers = 5
+_TAG_HEADER_KEY = b"\x0a"  # Header.key = 1
+_TAG_HEADER_VALUE = b"\x12"  # Header.value = 2
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf varint of ``n`` (a negative int64 takes ten bytes, as protobuf writes it)."""
+    if 0 <= n < _VARINT_TABLE_SIZE:
+        return _VARINTS[n]
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]], index: int) -> bytes:
+    if len(headers) > limits.RECORD_HEADERS_MAX:
+        raise InvalidRecordError(
+            f"record {index} has {len(headers)} headers (limit {limits.RECORD_HEADERS_MAX})"
         )
-    return data
+    out = bytearray()
+    for name, value in headers:
+        try:
+            name_bytes = name.encode()
+        except UnicodeEncodeError as e:
+            raise InvalidRecordError(f"record {index} has a header name that is not UTF-8: "
+                                     f"{e}") from None
+        body = _TAG_HEADER_KEY + _varint(len(name_bytes)) + name_bytes if name_bytes else b""
+        if value is not None:
+            body += _TAG_HEADER_VALUE + _varint(len(value)) + value
+        out += _TAG_HEADER
+        out += _varint(len(body))
+        out += body
+    return bytes(out)
 
 
-def _encode_records(records: Iterable[NewRecord], now_ms: int) -> tuple[bytes, int, int, int]:
-    """Serialize records; returns (payload, count, first timestamp, max timestamp)."""
-    message = Records()
-    first_ts = max_ts = 0
-    count = 0
-    for i, new in enumerate(records):
-        ts = now_ms if new.timestamp_ms is None else new.timestamp_ms
-        if ts < 0:
-            raise InvalidRecordError(f"record {i} has a negative timestamp {ts}")
+class RecordsBuilder:
+    """A batch's ``Records`` payload, encoded one record at a time (the producer appends each
+    record as it is sent, so draining a batch only adds the header, compression and CRC).
+
+    Timestamps are deltas from the first record's; ``append`` raises InvalidRecordError for a
+    negative timestamp or too many headers, before anything is written.
+    """
+
+    __slots__ = ("_buf", "count", "first_timestamp", "max_timestamp")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.count = 0
+        self.first_timestamp = 0
+        self.max_timestamp = 0
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the encoded (uncompressed) payload so far."""
+        return len(self._buf)
+
+    def append(self, key: bytes | None, value: bytes | None,
+               headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int) -> None:
+        """Encode one record (``bytes`` key/value, or None for null)."""
+        # The producer's hot path: one formatted write per record, varints from a table.
+        count = self.count
+        if timestamp_ms < 0:
+            raise InvalidRecordError(f"record {count} has a negative timestamp {timestamp_ms}")
+        tail = _encode_headers(headers, count) if headers else b""
+        if count:
+            delta = timestamp_ms - self.first_timestamp
+            if timestamp_ms > self.max_timestamp:
+                self.max_timestamp = timestamp_ms
+            offset_delta = _VARINTS[count] if count < _VARINT_TABLE_SIZE else _varint(count)
+            if delta:
+                head = b"\x08%b\x10%b" % (offset_delta, _varint(delta))
+            else:
+                head = _TAG_OFFSET_DELTA + offset_delta
+        else:
+            self.first_timestamp = self.max_timestamp = timestamp_ms
+            head = b""
+        if key is not None:
+            n = len(key)
+            head += b"\x1a%b%b" % (_VARINTS[n] if n < _VARINT_TABLE_SIZE else _varint(n), key)
+        if value is not None:
+            n = len(value)
+            length = _VARINTS[n] if n < _VARINT_TABLE_SIZE else _varint(n)
+            size = len(head) + 1 + len(length) + n + len(tail)
+            self._buf += b"\x0a%b%b\x22%b%b%b" % (
+                _VARINTS[size] if size < _VARINT_TABLE_SIZE else _varint(size),
+                head, length, value, tail)
+        else:
+            size = len(head) + len(tail)
+            self._buf += b"\x0a%b%b%b" % (
+                _VARINTS[size] if size < _VARINT_TABLE_SIZE else _varint(size), head, tail)
+        self.count = count + 1
+
+    def build(
+        self,
+        *,
+        compression: int = CompressionType.COMPRESSION_NONE,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+        max_bytes: int = limits.MESSAGE_BYTES_MAX,
+    ) -> bytes:
+        """Compress and checksum the records into a serialized ``RecordBatch`` (as
+        :func:`build_batch`, with the same errors)."""
+        if compression not in _SUPPORTED_CODECS:
+            raise UnsupportedCompressionTypeError(
+                f"compression codec {compression} is not supported")
+        count = self.count
         if count == 0:
-            first_ts = max_ts = ts
-        max_ts = max(max_ts, ts)
-        if len(new.headers) > limits.RECORD_HEADERS_MAX:
+            raise InvalidRecordError("a batch needs at least one record")
+        if count > limits.BATCH_RECORDS_MAX:
             raise InvalidRecordError(
-                f"record {i} has {len(new.headers)} headers (limit {limits.RECORD_HEADERS_MAX})"
+                f"batch has {count} records (limit {limits.BATCH_RECORDS_MAX})")
+        payload = bytes(self._buf)
+        batch = RecordBatch(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            record_count=count,
+            first_timestamp=self.first_timestamp,
+            max_timestamp=self.max_timestamp,
+            compression=compression,  # type: ignore[arg-type]
+            timestamp_type=TimestampType.CREATE_TIME,
+            uncompressed_size=len(payload),
+            records=compress(compression, payload),
+        )
+        batch.crc = batch_crc(batch)
+        data: bytes = batch.SerializeToString()
+        if len(data) > max_bytes:
+            raise MessageTooLargeError(
+                f"batch of {count} records is {len(data)} bytes, above the limit of {max_bytes}"
             )
-        rec = message.records.add()
-        rec.offset_delta = i
-        rec.timestamp_delta = ts - first_ts
-        if new.key is not None:
-            rec.key = new.key
-        if new.value is not None:
-            rec.value = new.value
-        for name, value in new.headers:
-            h = rec.headers.add()
-            h.key = name
-            if value is not None:
-                h.value = value
-        count += 1
-    if count == 0:
-        raise InvalidRecordError("a batch needs at least one record")
-    if count > limits.BATCH_RECORDS_MAX:
-        raise InvalidRecordError(f"batch has {count} records (limit {limits.BATCH_RECORDS_MAX})")
-    payload: bytes = message.SerializeToString()
-    return payload, count, first_ts, max_ts
+        return data
 
 
 def parse_batch(data: bytes) -> RecordBatch:
@@ -296,27 +403,8 @@ RecordFields = tuple[int, int, int, "bytes | None", "bytes | None",
 def decode_record_fields(batch: RecordBatch) -> list[RecordFields]:
     """:func:`decode_records` as tuples (the client builds its own record type from them without
     an intermediate object). Verifies CRC, counts and offset deltas."""
-    _check_header(batch)
-    if batch.crc != batch_crc(batch):
-        raise CorruptMessageError(
-            f"record batch at offset {batch.base_offset} failed its CRC check"
-        )
-    payload = decompress(batch.compression, batch.records, expected_size=batch.uncompressed_size)
-    try:
-        records = Records.FromString(payload).records
-    except DecodeError as e:
-        raise CorruptMessageError(f"records payload is not a valid Records message: {e}") from None
-    if len(records) != batch.record_count:
-        raise CorruptMessageError(
-            f"batch declares {batch.record_count} records but holds {len(records)}"
-        )
-    # Batch-level values once, not per record (protobuf field and enum look-ups are slow).
-    base_offset = batch.base_offset
-    timestamp_type = batch.timestamp_type
-    log_append_ms = (batch.log_append_time_ms
-                     if timestamp_type == _LOG_APPEND_TIME else None)
-    first_ts = batch.first_timestamp
-    leader_epoch = batch.partition_leader_epoch
+    records, base_offset, timestamp_type, log_append_ms, first_ts, leader_epoch = (
+        checked_records(batch))
     out: list[RecordFields] = []
     for index, rec in enumerate(records):
         if rec.offset_delta != index:
@@ -335,3 +423,31 @@ def decode_record_fields(batch: RecordBatch) -> list[RecordFields]:
             leader_epoch,
         ))
     return out
+
+
+def checked_records(batch: RecordBatch) -> tuple[Sequence[Record], int, int, int | None, int,
+                                                 int]:
+    """The batch's decoded ``Record`` messages after the header, CRC and count checks, with the
+    batch-level values a record needs (read once, not per record: protobuf field and enum
+    look-ups are slow): (records, base offset, timestamp type, the log append time or None when
+    records keep their create time, first timestamp, leader epoch). The caller checks each
+    record's ``offset_delta``."""
+    _check_header(batch)
+    if batch.crc != batch_crc(batch):
+        raise CorruptMessageError(
+            f"record batch at offset {batch.base_offset} failed its CRC check"
+        )
+    payload = decompress(batch.compression, batch.records, expected_size=batch.uncompressed_size)
+    try:
+        records = Records.FromString(payload).records
+    except DecodeError as e:
+        raise CorruptMessageError(f"records payload is not a valid Records message: {e}") from None
+    if len(records) != batch.record_count:
+        raise CorruptMessageError(
+            f"batch declares {batch.record_count} records but holds {len(records)}"
+        )
+    timestamp_type = int(batch.timestamp_type)
+    log_append_ms = (batch.log_append_time_ms
+                     if timestamp_type == _LOG_APPEND_TIME else None)
+    return (records, batch.base_offset, timestamp_type, log_append_ms, batch.first_timestamp,
+            batch.partition_leader_epoch)

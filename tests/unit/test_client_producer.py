@@ -355,3 +355,76 @@ def test_close_with_a_timeout_fails_what_cannot_be_delivered(own_cluster: FakeCl
     producer.close(timeout_ms=100)
     with pytest.raises(NetworkError, match="closed"):
         future.result(0)
+
+
+# ---------------------------------------------------------------------------- send_many
+def test_send_many_delivers_in_order_with_offsets_and_callbacks(cluster: FakeCluster,
+                                                                topic: str) -> None:
+    delivered: list[int] = []
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        first = producer.send(topic, b"before")
+        futures = producer.send_many(
+            topic, [b"m%d" % i for i in range(2_500)], timestamp_ms=1234,
+            headers=[("h", b"x")], on_delivery=lambda meta, error: delivered.append(meta.offset))
+        last = producer.send(topic, b"after")
+        producer.flush()
+        assert first.result(0).offset == 0 and last.result(0).offset == 2_501
+        metas = [f.result(0) for f in futures]
+    assert [m.offset for m in metas] == list(range(1, 2_501))
+    assert all(m.timestamp_ms == 1234 and m.partition == 0 for m in metas)
+    assert delivered == list(range(1, 2_501))
+    records = cluster.records(topic, 0)
+    assert [r.value for r in records] == [b"before"] + [b"m%d" % i for i in range(2_500)] + [
+        b"after"]
+    assert all(r.headers == (("h", b"x"),) for r in records[1:-1])
+
+
+def test_send_many_partitions_as_send_does(cluster: FakeCluster) -> None:
+    name = f"p{next(_names)}"
+    cluster.create_topic(name, 5)
+    keys = [b"k%d" % i for i in range(40)]
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        keyed = producer.send_many(name, [b"v"] * 40, keys=keys)
+        fixed = producer.send_many(name, [b"a", None, b""], partition=3)
+        keyless = producer.send_many(name, [b"s"] * 10)
+        producer.flush()
+        assert [f.result(0).partition for f in keyed] == [partition_for_key(k, 5) for k in keys]
+        assert [f.result(0).partition for f in fixed] == [3, 3, 3]
+        assert len({f.result(0).partition for f in keyless}) == 1  # one sticky batch
+        assert producer.send_many(name, []) == []
+    assert [r.value for r in cluster.records(name, 3)][-3:] == [b"a", None, b""]
+
+
+def test_send_many_checks_every_argument_before_queuing(cluster: FakeCluster,
+                                                        topic: str) -> None:
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        with pytest.raises(TypeError):
+            producer.send_many(topic, [b"ok", "not bytes"])  # type: ignore[list-item]
+        with pytest.raises(ValueError):
+            producer.send_many(topic, [b"a", b"b"], keys=[b"k"])
+        with pytest.raises(ValueError):
+            producer.send_many(topic, [b"a"], timestamp_ms=-1)
+        with pytest.raises(InvalidRecordError):
+            producer.send_many(topic, [b"a"], headers=[("h", None)] * 2_000)
+        producer.send(topic, b"only").result(WAIT_S)
+    assert values(cluster, topic) == [b"only"]
+    with pytest.raises(RuntimeError):
+        producer.send_many(topic, [b"closed"])
+
+
+def test_send_many_blocks_on_memory_and_reports_what_it_queued(own_cluster: FakeCluster) -> None:
+    fc = own_cluster
+    record = b"x" * 200
+    fits = 2_000 // estimate_record_bytes(NewRecord(None, record))
+    producer = Producer(fc.bootstrap, buffer_memory=2_000, linger_ms=0,
+                        **dict(FAST, max_block_ms=200, delivery_timeout_ms=60_000))
+    assert producer.partitions_for("t") == [0]
+    fc.stop_broker(1)  # the leader is gone: records stay buffered
+    with pytest.raises(RequestTimedOutError, match="buffer_memory") as info:
+        producer.send_many("t", [record] * (fits + 5))
+    queued = info.value.futures  # type: ignore[attr-defined]
+    assert len(queued) == fits and not any(f.done() for f in queued)
+    fc.start_broker(1)
+    assert [f.result(WAIT_S).offset for f in queued] == list(range(fits))
+    producer.close()
+    assert values(fc, "t") == [record] * fits

@@ -23,19 +23,20 @@ encoded batch; the real size is checked when the sender builds it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Container, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from dataclasses import InitVar, dataclass, field
 from typing import Generic, TypeVar
 
 from tidelog import limits
 from tidelog.client.records import TopicPartition
-from tidelog.record_batch import NewRecord
+from tidelog.record_batch import NewRecord, RecordsBuilder
 
 __all__ = [
     "AppendResult",
     "ProducerBatch",
     "ReadyCheck",
     "RecordAccumulator",
+    "estimate_bytes",
     "estimate_record_bytes",
 ]
 
@@ -49,14 +50,23 @@ HEADER_OVERHEAD_BYTES = 4
 BATCH_OVERHEAD_BYTES = 72
 
 
+def estimate_bytes(key: bytes | None, value: bytes | None,
+                   headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
+    """An upper-bound estimate of what a record adds to an uncompressed batch."""
+    size = RECORD_OVERHEAD_BYTES
+    if key is not None:
+        size += len(key)
+    if value is not None:
+        size += len(value)
+    for name, item in headers:
+        size += HEADER_OVERHEAD_BYTES + len(name.encode(errors="replace")) + (
+            len(item) if item else 0)
+    return size
+
+
 def estimate_record_bytes(record: NewRecord) -> int:
     """An upper-bound estimate of what ``record`` adds to an uncompressed batch."""
-    size = RECORD_OVERHEAD_BYTES
-    size += len(record.key) if record.key is not None else 0
-    size += len(record.value) if record.value is not None else 0
-    for name, value in record.headers:
-        size += HEADER_OVERHEAD_BYTES + len(name.encode()) + (len(value) if value else 0)
-    return size
+    return estimate_bytes(record.key, record.value, record.headers)
 
 
 @dataclass(eq=False)
@@ -64,14 +74,17 @@ class ProducerBatch(Generic[H]):
     """Records bound for one partition, sent (and retried) as one RecordBatch.
 
     ``handles`` are whatever the producer needs to complete each record (its future); this module
-    never looks inside them. The producer id, epoch and base sequence are stamped when the batch is
-    first drained, and ``payload`` caches the built bytes so a retry sends exactly the same batch.
+    never looks inside them. Records are encoded into ``builder`` as they are appended (``records``
+    only seeds a batch built by hand, as tests do). The producer id, epoch and base sequence are
+    stamped when the batch is first drained, and ``payload`` caches the built bytes so a retry
+    sends exactly the same batch.
     """
 
     tp: TopicPartition
     created_ms: int
-    records: list[NewRecord] = field(default_factory=list)
+    records: InitVar[Iterable[NewRecord] | None] = None
     handles: list[H] = field(default_factory=list)
+    builder: RecordsBuilder = field(default_factory=RecordsBuilder)
     size_bytes: int = BATCH_OVERHEAD_BYTES
     reserved_bytes: int = 0
     attempts: int = 0
@@ -86,9 +99,15 @@ class ProducerBatch(Generic[H]):
     base_sequence: int = -1
     payload: bytes | None = None
 
+    def __post_init__(self, records: Iterable[NewRecord] | None) -> None:
+        for record in records or ():
+            if record.timestamp_ms is None:
+                raise ValueError("a record appended to a batch needs its timestamp")
+            self.builder.append(record.key, record.value, record.headers, record.timestamp_ms)
+
     @property
     def record_count(self) -> int:
-        return len(self.records)
+        return self.builder.count
 
     @property
     def has_sequence(self) -> bool:
@@ -112,14 +131,18 @@ class ProducerBatch(Generic[H]):
         self.producer_id = self.producer_epoch = self.base_sequence = -1
         self.payload = None
 
-    def try_append(self, record: NewRecord, size: int, handle: H, *, batch_size: int) -> bool:
-        """Append unless the batch is closed or would pass ``batch_size`` (the first record of a
-        batch always fits, so a record larger than ``batch_size`` gets a batch of its own)."""
-        if self.closed or self.record_count >= limits.BATCH_RECORDS_MAX:
+    def try_append(self, key: bytes | None, value: bytes | None,
+                   headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int, size: int,
+                   handle: H, *, batch_size: int) -> bool:
+        """Append (encode) unless the batch is closed or would pass ``batch_size`` (the first
+        record of a batch always fits, so a record larger than ``batch_size`` gets a batch of its
+        own). InvalidRecordError (bad timestamp or headers) leaves the batch unchanged."""
+        count = self.builder.count
+        if self.closed or count >= limits.BATCH_RECORDS_MAX:
             return False
-        if self.records and self.size_bytes + size > batch_size:
+        if count and self.size_bytes + size > batch_size:
             return False
-        self.records.append(record)
+        self.builder.append(key, value, headers, timestamp_ms)
         self.handles.append(handle)
         self.size_bytes += size
         self.reserved_bytes += size
@@ -139,6 +162,13 @@ class AppendResult:
     #: Not appended because it would have opened a new batch (the sticky partitioner then moves
     #: the topic to another partition and appends there, as KIP-480 does).
     aborted_for_new_batch: bool = False
+
+
+_APPENDED = AppendResult(appended=True)
+_APPENDED_FULL = AppendResult(appended=True, batch_full=True)
+_NEW_BATCH = AppendResult(appended=True, new_batch=True)
+_NEW_BATCH_FULL = AppendResult(appended=True, new_batch=True, batch_full=True)
+_ABORTED_FOR_NEW_BATCH = AppendResult(appended=False, aborted_for_new_batch=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,27 +242,55 @@ class RecordAccumulator(Generic[H]):
         abort_on_new_batch: bool = False,
     ) -> AppendResult:
         """Append to the partition's open batch, or open a new one. The caller checked
-        ``has_room(estimate_record_bytes(record))``; that is asserted here."""
+        ``has_room(estimate_record_bytes(record))``; that is asserted here. The record must have
+        its timestamp."""
+        if record.timestamp_ms is None:
+            raise ValueError("a record appended to the accumulator needs its timestamp")
+        return self.append_fields(tp, record.key, record.value, record.headers,
+                                  record.timestamp_ms, estimate_record_bytes(record), handle,
+                                  now_ms=now_ms, abort_on_new_batch=abort_on_new_batch)
+
+    def append_fields(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int,
+        size: int,
+        handle: H,
+        *,
+        now_ms: int,
+        abort_on_new_batch: bool = False,
+    ) -> AppendResult:
+        """:meth:`append` of a record given as its fields and ``size``
+        (:func:`estimate_bytes`), the producer's hot path: the record is encoded into the batch
+        here. Raises InvalidRecordError (bad timestamp or headers) without appending."""
         if self._closed:
             raise RuntimeError("the accumulator is closed")
-        size = estimate_record_bytes(record)
-        assert self.has_room(size), "append without room; call has_room() first"
-        dq = self._batches.setdefault(tp, deque())
-        if dq:
+        assert self._buffer_used + size <= self.buffer_memory, "append without room"
+        dq = self._batches.get(tp)
+        if dq is None:
+            dq = self._batches[tp] = deque()
+        elif dq:
             last = dq[-1]
-            if last.try_append(record, size, handle, batch_size=self.batch_size):
+            if last.try_append(key, value, headers, timestamp_ms, size, handle,
+                               batch_size=self.batch_size):
                 self._buffer_used += size
-                full = len(dq) > 1 or last.is_full(self.batch_size)
-                return AppendResult(appended=True, batch_full=full)
+                if len(dq) > 1 or last.size_bytes >= self.batch_size:
+                    return _APPENDED_FULL
+                return _APPENDED
         if abort_on_new_batch:
-            return AppendResult(appended=False, aborted_for_new_batch=True)
+            return _ABORTED_FOR_NEW_BATCH
         batch: ProducerBatch[H] = ProducerBatch(tp=tp, created_ms=now_ms)
-        appended = batch.try_append(record, size, handle, batch_size=self.batch_size)
+        appended = batch.try_append(key, value, headers, timestamp_ms, size, handle,
+                                    batch_size=self.batch_size)
         assert appended
         dq.append(batch)
         self._buffer_used += size
-        full = len(dq) > 1 or batch.is_full(self.batch_size)
-        return AppendResult(appended=True, new_batch=True, batch_full=full)
+        if len(dq) > 1 or batch.size_bytes >= self.batch_size:
+            return _NEW_BATCH_FULL
+        return _NEW_BATCH
 
     # ------------------------------------------------------------------ sending
     def ready(

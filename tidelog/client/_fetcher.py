@@ -30,7 +30,7 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
-from tidelog.record_batch import decode_record_fields, last_offset, parse_batch
+from tidelog.record_batch import RecordBatch, checked_records, last_offset, parse_batch
 from tidelog.v1 import broker_pb2
 
 __all__ = [
@@ -112,7 +112,7 @@ class PartitionRecords:
             batch = parse_batch(data)
             if last_offset(batch) < position:
                 return  # the batch that holds the fetch offset is returned whole
-            decoded = decode_record_fields(batch)
+            self._records.extend(_decode(batch, self.tp))
         except TidelogError as e:
             self._batches.clear()
             raise CorruptRecordError(
@@ -120,8 +120,46 @@ class PartitionRecords:
                 "the position stays there: seek past it to skip it",
                 topic_partition=self.tp, offset=position,
             ) from None
-        topic, partition = self.tp
-        self._records.extend(ConsumerRecord(topic, partition, *fields) for fields in decoded)
+
+
+# ConsumerRecord is a frozen dataclass: its __init__ sets each of its nine fields through
+# object.__setattr__, which is most of the cost of a record. The decoder fills the slots
+# directly instead (the same object, ~2x faster per record).
+_new_record = object.__new__
+(_set_topic, _set_partition, _set_offset, _set_timestamp_ms, _set_timestamp_type, _set_key,
+ _set_value, _set_headers, _set_leader_epoch) = (
+    getattr(ConsumerRecord, name).__set__ for name in (
+        "topic", "partition", "offset", "timestamp_ms", "timestamp_type", "key", "value",
+        "headers", "leader_epoch"))
+
+
+def _decode(batch: RecordBatch, tp: TopicPartition) -> list[ConsumerRecord]:
+    """The batch's records (CRC and counts checked), as ConsumerRecords of ``tp``."""
+    records, base_offset, timestamp_type, log_append_ms, first_ts, leader_epoch = (
+        checked_records(batch))
+    topic, partition = tp
+    out: list[ConsumerRecord] = []
+    append = out.append
+    for index, rec in enumerate(records):
+        if rec.offset_delta != index:
+            raise CorruptMessageError(
+                f"record {index} of batch at offset {base_offset} has offset_delta "
+                f"{rec.offset_delta}")
+        r = _new_record(ConsumerRecord)
+        _set_topic(r, topic)
+        _set_partition(r, partition)
+        _set_offset(r, base_offset + index)
+        _set_timestamp_ms(r, log_append_ms if log_append_ms is not None
+                          else first_ts + rec.timestamp_delta)
+        _set_timestamp_type(r, timestamp_type)
+        _set_key(r, rec.key if rec.HasField("key") else None)
+        _set_value(r, rec.value if rec.HasField("value") else None)
+        headers = rec.headers
+        _set_headers(r, tuple((h.key, h.value if h.HasField("value") else None)
+                              for h in headers) if headers else ())
+        _set_leader_epoch(r, leader_epoch)
+        append(r)
+    return out
 
 
 @dataclass

@@ -30,9 +30,9 @@ from typing import Any
 
 from tidelog.client._accumulator import ProducerBatch, RecordAccumulator
 from tidelog.client._idempotence import IdempotenceState
-from tidelog.client._io import Connections, monotonic_ms, wall_ms
+from tidelog.client._io import Connections, monotonic_ms
 from tidelog.client._metadata import STALE_METADATA_CODES, MetadataManager
-from tidelog.client.records import RecordMetadata
+from tidelog.client.records import RecordMetadata, TopicPartition
 from tidelog.errors import (
     ErrorCode,
     InvalidProducerEpochError,
@@ -42,7 +42,6 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
-from tidelog.record_batch import build_batch
 from tidelog.v1 import broker_pb2
 
 __all__ = ["DeliveryCallback", "FutureRecordMetadata", "RecordHandle", "Sender", "SenderConfig"]
@@ -75,8 +74,8 @@ class FutureRecordMetadata:
     Kafka: a record handed to the producer cannot be taken back.
     """
 
-    __slots__ = ("_callbacks", "_done", "_error", "_event", "_meta", "on_delivery",
-                 "timestamp_ms")
+    __slots__ = ("_callbacks", "_done", "_error", "_event", "_meta", "_offset", "_tp",
+                 "on_delivery", "timestamp_ms")
 
     def __init__(self, timestamp_ms: int, on_delivery: DeliveryCallback | None = None) -> None:
         self.timestamp_ms = timestamp_ms
@@ -86,11 +85,23 @@ class FutureRecordMetadata:
         self._error: BaseException | None = None
         self._event: threading.Event | None = None
         self._callbacks: list[Callable[[FutureRecordMetadata], object]] | None = None
+        # Where the record went, set on success; the RecordMetadata is made when first asked for
+        # (most results are never looked at one by one).
+        self._tp: TopicPartition | None = None
+        self._offset = -1
 
     def __repr__(self) -> str:
         state = "pending" if not self._done else (
-            f"error={self._error!r}" if self._error is not None else f"result={self._meta!r}")
+            f"error={self._error!r}" if self._error is not None
+            else f"result={self._metadata()!r}")
         return f"<FutureRecordMetadata {state}>"
+
+    def _metadata(self) -> RecordMetadata | None:
+        meta = self._meta
+        if meta is None and self._tp is not None:
+            meta = self._meta = RecordMetadata(self._tp[0], self._tp[1], self._offset,
+                                               self.timestamp_ms)
+        return meta
 
     # --- the Future interface ------------------------------------------------------------------
     def done(self) -> bool:
@@ -123,8 +134,9 @@ class FutureRecordMetadata:
             raise concurrent.futures.TimeoutError()
         if self._error is not None:
             raise self._error
-        assert self._meta is not None
-        return self._meta
+        meta = self._metadata()
+        assert meta is not None
+        return meta
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.wait(timeout):
@@ -158,6 +170,40 @@ class FutureRecordMetadata:
         if callbacks:
             for fn in callbacks:
                 _run_callback(fn, self)
+
+
+def _complete_handles(handles: list[FutureRecordMetadata], tp: TopicPartition | None,
+                      base_offset: int, log_append_time_ms: int,
+                      error: TidelogError | None) -> None:
+    """Complete a batch's handles in record order: record i at ``base_offset + i`` (-1 for all
+    when ``base_offset`` is negative), or every one with ``error``. Each delivery callback runs
+    before its future completes; the futures complete together (one lock for the batch)."""
+    pending = [h for h in handles if not h._done]
+    for i, h in enumerate(pending):
+        if error is None:
+            h._tp = tp
+            h._offset = base_offset + i if base_offset >= 0 else -1
+            if log_append_time_ms >= 0:
+                h.timestamp_ms = log_append_time_ms
+        else:
+            h._error = error
+        if h.on_delivery is not None:
+            try:
+                h.on_delivery(h._metadata(), error)
+            except Exception:
+                log.exception("a delivery callback raised; the producer carries on")
+    woken: list[FutureRecordMetadata] = []
+    with _WAITER_LOCK:
+        for h in pending:
+            h._done = True
+            if h._event is not None or h._callbacks is not None:
+                woken.append(h)
+    for h in woken:
+        callbacks, h._callbacks = h._callbacks, None
+        if h._event is not None:
+            h._event.set()
+        for fn in callbacks or ():
+            _run_callback(fn, h)
 
 
 def _run_callback(fn: Callable[[FutureRecordMetadata], object],
@@ -206,6 +252,7 @@ class Sender:
         self._cfg = config
         self._loop = loop
         self._wake = asyncio.Event()
+        self._wake_scheduled = False
         self._requests_in_flight: dict[int, int] = {}
         self._sent: set[ProducerBatch[RecordHandle]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -224,8 +271,20 @@ class Sender:
         self._metadata.add_listener(self._wake.set)
 
     def wake(self) -> None:
-        """Thread-safe: look at the accumulator again now."""
-        self._loop.call_soon_threadsafe(self._wake.set)
+        """Thread-safe: look at the accumulator again now. A wake-up already scheduled and not
+        yet run covers this one (it runs after the caller's append), so it is not repeated."""
+        if self._wake_scheduled:
+            return
+        self._wake_scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._scheduled_wake)
+        except BaseException:
+            self._wake_scheduled = False
+            raise
+
+    def _scheduled_wake(self) -> None:
+        self._wake_scheduled = False
+        self._wake.set()
 
     def pending_futures(self) -> list[FutureRecordMetadata]:
         """The last future of every unfinished batch (loop only: a consistent view for flush)."""
@@ -342,9 +401,7 @@ class Sender:
         if batch.payload is not None:
             return True
         try:
-            batch.payload = build_batch(
-                batch.records,
-                now_ms=wall_ms(),
+            batch.payload = batch.builder.build(
                 compression=self._cfg.compression,
                 producer_id=batch.producer_id,
                 producer_epoch=batch.producer_epoch,
@@ -523,18 +580,14 @@ class Sender:
         self._idem.on_acked(batch)
         self._sent.discard(batch)
         known = base_offset >= 0 and self._cfg.acks != 0
-        for i, handle in enumerate(batch.handles):
-            ts = log_append_time_ms if log_append_time_ms >= 0 else handle.timestamp_ms
-            meta = RecordMetadata(batch.tp.topic, batch.tp.partition,
-                                  base_offset + i if known else -1, ts)
-            _resolve(handle, meta, None)
+        _complete_handles(batch.handles, batch.tp, base_offset if known else -1,
+                          log_append_time_ms, None)
         self._release(batch)
 
     def _fail(self, batch: ProducerBatch[RecordHandle], error: TidelogError) -> None:
         self._idem.on_response(batch)
         self._sent.discard(batch)
-        for handle in batch.handles:
-            _resolve(handle, None, error)
+        _complete_handles(batch.handles, None, -1, -1, error)
         self._release(batch)
 
     def _release(self, batch: ProducerBatch[RecordHandle]) -> None:
@@ -545,8 +598,11 @@ class Sender:
 
 
 def _resolve(handle: RecordHandle, meta: RecordMetadata | None, error: TidelogError | None) -> None:
-    # The callback runs before the future completes, so flush() (which waits on futures) returns
-    # only after the callbacks of what it flushed, as in Kafka.
+    """Complete one handle (the batch path is ``_complete_handles``): the delivery callback runs
+    before the future completes, so flush() returns only after the callbacks of what it flushed,
+    as in Kafka."""
+    if handle._done:
+        return
     if handle.on_delivery is not None:
         try:
             handle.on_delivery(meta, error)

@@ -19,9 +19,13 @@ from types import TracebackType
 from typing import Literal, TypeVar
 
 from tidelog import limits
-from tidelog.client._accumulator import RecordAccumulator, estimate_record_bytes
+from tidelog.client._accumulator import (
+    RECORD_OVERHEAD_BYTES,
+    RecordAccumulator,
+    estimate_bytes,
+)
 from tidelog.client._idempotence import IdempotenceState
-from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap, wall_ms
+from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
 from tidelog.client._metadata import MetadataManager
 from tidelog.client._partitioner import (
     PartitionerCallable,
@@ -37,9 +41,8 @@ from tidelog.client._sender import (
 )
 from tidelog.client.records import TopicPartition
 from tidelog.compression import codec_from_name
-from tidelog.errors import MessageTooLargeError, RequestTimedOutError
+from tidelog.errors import InvalidRecordError, MessageTooLargeError, RequestTimedOutError
 from tidelog.metadata.topic_names import validate_topic_name
-from tidelog.record_batch import NewRecord
 
 __all__ = ["Producer"]
 
@@ -50,6 +53,8 @@ Header = tuple[str, bytes | None]
 _ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0, -1: -1, 1: 1, 0: 0}
 #: Kafka's max.in.flight.requests.per.connection bound for idempotence (the leader keeps 5).
 IDEMPOTENT_IN_FLIGHT_MAX = 5
+#: Records send_many() appends per acquisition of the producer's lock (the sender waits no longer).
+SEND_MANY_CHUNK = 1_000
 #: Topic names send() has found valid, remembered so the check runs once per name (bounded).
 VALID_TOPICS_CACHED_MAX = 10_000
 
@@ -111,6 +116,7 @@ class Producer:
         self._sticky = StickyPartitionCache(random.Random())
         self._cond = threading.Condition()
         self._valid_topics: set[str] = set()
+        self._tps: dict[str, list[TopicPartition]] = {}
         self._memory_waiters = 0
         self._closed = False
         self._acc: RecordAccumulator[RecordHandle] = RecordAccumulator(
@@ -163,25 +169,192 @@ class Producer:
         still full after ``max_block_ms``), MessageTooLargeError, or the producer's fatal error;
         TypeError/ValueError for malformed arguments. Delivery errors arrive through the future.
         """
-        self._check_usable()
-        record = _new_record(value, key, timestamp_ms, headers)
+        if self._closed or self._sender.fatal_error is not None:
+            self._check_usable()
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes("key", key)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        else:
+            _check_timestamp(timestamp_ms)
+        hdrs = _check_headers(headers) if headers is not None else ()
         if topic not in self._valid_topics:
-            validate_topic_name(topic)
-            if len(self._valid_topics) < VALID_TOPICS_CACHED_MAX:
-                self._valid_topics.add(topic)
+            self._validate_topic(topic)
         if partition is not None and (not isinstance(partition, int) or partition < 0):
             raise ValueError(f"partition must be a non-negative int, got {partition!r}")
-        size = estimate_record_bytes(record)
+        size = estimate_bytes(key, value, hdrs)
         if size > self._max_request_size or size > self._buffer_memory:
-            raise MessageTooLargeError(
-                f"the record is about {size} bytes, above max_request_size "
-                f"({self._max_request_size}) or buffer_memory ({self._buffer_memory})"
-            )
-        deadline = monotonic_ms() + self._max_block_ms
-        num_partitions = self._wait_on_metadata(topic, partition, deadline)
-        handle = FutureRecordMetadata(record.timestamp_ms or 0, on_delivery)
-        self._append(topic, partition, num_partitions, record, size, handle, deadline)
+            raise self._too_large(size)
+        now = monotonic_ms()
+        deadline = now + self._max_block_ms
+        count = self._metadata.snapshot.num_partitions(topic)
+        if count is None or count <= (0 if partition is None else partition):
+            count = self._wait_on_metadata(topic, partition, deadline)
+        handle = FutureRecordMetadata(timestamp_ms, on_delivery)
+        sticky = False
+        if partition is None:
+            partition, sticky = self._choose(topic, key, count)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < count:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(count)]
+        with self._cond:
+            if self._acc.buffer_used_bytes + size > self._buffer_memory:
+                self._wait_for_room(size, deadline)
+            result = self._acc.append_fields(tps[partition], key, value, hdrs, timestamp_ms,
+                                             size, handle, now_ms=now, abort_on_new_batch=sticky)
+            if result.aborted_for_new_batch:
+                # KIP-480: a new batch is a chance to move keyless records to another partition.
+                available = self._metadata.snapshot.available_partitions(topic)
+                partition = self._sticky.next_partition(topic, partition, count, available)
+                result = self._acc.append_fields(tps[partition], key, value, hdrs, timestamp_ms,
+                                                 size, handle, now_ms=now)
+        if result.new_batch or result.batch_full:
+            self._sender.wake()
         return handle
+
+    def send_many(
+        self,
+        topic: str,
+        values: Iterable[bytes | None],
+        *,
+        keys: Iterable[bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[Header] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> list[FutureRecordMetadata]:
+        """Queue many records of one topic: the same as calling ``send(topic, value, key, ...)``
+        for each value in order (with ``keys[i]`` when ``keys`` is given; ``partition``,
+        ``timestamp_ms``, ``headers`` and ``on_delivery`` apply to every record), but cheaper:
+        arguments and metadata are checked once and the records are appended under one lock
+        acquisition per ``SEND_MANY_CHUNK`` records. Returns the futures, in order.
+
+        Every argument is checked before anything is queued (the same errors as ``send()``;
+        ``ValueError`` when ``keys`` and ``values`` differ in length). When waiting for buffer
+        memory then fails (RequestTimedOutError after ``max_block_ms``, the producer closed or
+        failed), the records before that point are queued and will be delivered; the exception's
+        ``futures`` attribute holds their futures.
+        """
+        self._check_usable()
+        vals = [v if v is None or type(v) is bytes else _as_bytes("value", v) for v in values]
+        if keys is None:
+            keys_list: list[bytes | None] | None = None
+        else:
+            keys_list = [k if k is None or type(k) is bytes else _as_bytes("key", k)
+                         for k in keys]
+            if len(keys_list) != len(vals):
+                raise ValueError(f"send_many got {len(vals)} values but {len(keys_list)} keys")
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        else:
+            _check_timestamp(timestamp_ms)
+        hdrs = _check_headers(headers) if headers is not None else ()
+        if topic not in self._valid_topics:
+            self._validate_topic(topic)
+        if partition is not None and (not isinstance(partition, int) or partition < 0):
+            raise ValueError(f"partition must be a non-negative int, got {partition!r}")
+        if not vals:
+            return []
+        if hdrs:
+            sizes = [estimate_bytes(k, v, hdrs) for k, v in
+                     zip(keys_list or [None] * len(vals), vals, strict=True)]
+        else:
+            base = RECORD_OVERHEAD_BYTES
+            sizes = [base + (len(v) if v is not None else 0) for v in vals]
+            if keys_list is not None:
+                sizes = [s + len(k) if k is not None else s
+                         for s, k in zip(sizes, keys_list, strict=True)]
+        largest = max(sizes)
+        if largest > self._max_request_size or largest > self._buffer_memory:
+            raise self._too_large(largest)
+        now = monotonic_ms()
+        deadline = now + self._max_block_ms
+        count = self._metadata.snapshot.num_partitions(topic)
+        if count is None or count <= (0 if partition is None else partition):
+            count = self._wait_on_metadata(topic, partition, deadline)
+        # The partition of each record; -1: the sticky partitioner's (a keyless record).
+        if partition is not None:
+            parts = [partition] * len(vals)
+        elif self._partitioner is not None:
+            parts = [self._choose(topic, k, count)[0] for k in keys_list or [None] * len(vals)]
+        elif keys_list is not None:
+            parts = [-1 if k is None else partition_for_key(k, count) for k in keys_list]
+        else:
+            parts = [-1] * len(vals)
+        futures = [FutureRecordMetadata(timestamp_ms, on_delivery) for _ in vals]
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) < count:
+            tps = self._tps[topic] = [TopicPartition(topic, p) for p in range(count)]
+        done = 0
+        while done < len(vals):  # bounded: each pass queues up to SEND_MANY_CHUNK records
+            done, wake = self._append_many(topic, count, tps, keys_list, vals, hdrs,
+                                           timestamp_ms, sizes, parts, futures, done,
+                                           now, deadline)
+            if wake:
+                self._sender.wake()
+        return futures
+
+    def _append_many(self, topic: str, count: int, tps: list[TopicPartition],
+                     keys: list[bytes | None] | None, vals: list[bytes | None],
+                     hdrs: tuple[Header, ...], timestamp_ms: int, sizes: list[int],
+                     parts: list[int], futures: list[FutureRecordMetadata], start: int,
+                     now: int, deadline: int) -> tuple[int, bool]:
+        """Append records ``start..`` (up to SEND_MANY_CHUNK) under the lock; returns (the
+        index after the last record appended, whether the sender should be woken)."""
+        acc = self._acc
+        append = acc.append_fields
+        wake = False
+        end = min(len(vals), start + SEND_MANY_CHUNK)
+        i = start  # records before i are queued
+        with self._cond:
+            sticky = -1
+            try:
+                self._check_usable()
+                for i in range(start, end):
+                    size = sizes[i]
+                    if acc.buffer_used_bytes + size > self._buffer_memory:
+                        self._wait_for_room(size, deadline)
+                        sticky = -1  # others may have moved the sticky partition meanwhile
+                    key = keys[i] if keys is not None else None
+                    p = parts[i]
+                    if p < 0:
+                        if sticky < 0:
+                            available = self._metadata.snapshot.available_partitions(topic)
+                            sticky = self._sticky.partition(topic, count, available)
+                        result = append(tps[sticky], key, vals[i], hdrs, timestamp_ms, size,
+                                        futures[i], now_ms=now, abort_on_new_batch=True)
+                        if result.aborted_for_new_batch:
+                            available = self._metadata.snapshot.available_partitions(topic)
+                            sticky = self._sticky.next_partition(topic, sticky, count, available)
+                            result = append(tps[sticky], key, vals[i], hdrs, timestamp_ms, size,
+                                            futures[i], now_ms=now)
+                    else:
+                        result = append(tps[p], key, vals[i], hdrs, timestamp_ms, size,
+                                        futures[i], now_ms=now)
+                    if result.new_batch or result.batch_full:
+                        wake = True
+                else:
+                    i = end
+            except BaseException as e:
+                if wake:
+                    self._sender.wake()
+                if i:
+                    e.futures = futures[:i]  # type: ignore[attr-defined]
+                raise
+        return i, wake
+
+    def _validate_topic(self, topic: str) -> None:
+        validate_topic_name(topic)
+        if len(self._valid_topics) < VALID_TOPICS_CACHED_MAX:
+            self._valid_topics.add(topic)
+
+    def _too_large(self, size: int) -> MessageTooLargeError:
+        return MessageTooLargeError(
+            f"the record is about {size} bytes, above max_request_size "
+            f"({self._max_request_size}) or buffer_memory ({self._buffer_memory})"
+        )
 
     def _wait_on_metadata(self, topic: str, partition: int | None, deadline_ms: int) -> int:
         count = self._metadata.snapshot.num_partitions(topic)
@@ -209,25 +382,6 @@ class Producer:
             return partition_for_key(key, num_partitions), False
         available = self._metadata.snapshot.available_partitions(topic)
         return self._sticky.partition(topic, num_partitions, available), True
-
-    def _append(self, topic: str, partition: int | None, num_partitions: int, record: NewRecord,
-                size: int, handle: RecordHandle, deadline_ms: int) -> None:
-        sticky = False
-        if partition is None:
-            partition, sticky = self._choose(topic, record.key, num_partitions)
-        with self._cond:
-            self._wait_for_room(size, deadline_ms)
-            result = self._acc.append(TopicPartition(topic, partition), record, handle,
-                                      now_ms=monotonic_ms(), abort_on_new_batch=sticky)
-            if result.aborted_for_new_batch:
-                # KIP-480: a new batch is a chance to move keyless records to another partition.
-                available = self._metadata.snapshot.available_partitions(topic)
-                partition = self._sticky.next_partition(topic, partition, num_partitions,
-                                                        available)
-                result = self._acc.append(TopicPartition(topic, partition), record, handle,
-                                          now_ms=monotonic_ms())
-        if result.new_batch or result.batch_full:
-            self._sender.wake()
 
     def _wait_for_room(self, size: int, deadline_ms: int) -> None:
         """Block (holding nothing but the condition) until ``size`` bytes of buffer are free."""
@@ -330,26 +484,29 @@ async def _call(fn: Callable[[], T]) -> T:
     return fn()
 
 
-def _new_record(value: bytes | None, key: bytes | None, timestamp_ms: int | None,
-                headers: Iterable[Header] | None) -> NewRecord:
-    for name, item in (("value", value), ("key", key)):
-        if item is not None and not isinstance(item, bytes | bytearray | memoryview):
-            raise TypeError(f"{name} must be bytes or None, got {type(item).__name__} (encode "
-                            "strings first)")
-    if timestamp_ms is not None and (not isinstance(timestamp_ms, int) or timestamp_ms < 0):
+def _as_bytes(name: str, item: object) -> bytes:
+    """A key or value that is not ``bytes``: a bytes-like copy, or TypeError."""
+    if not isinstance(item, bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes or None, got {type(item).__name__} (encode "
+                        "strings first)")
+    return bytes(item)
+
+
+def _check_timestamp(timestamp_ms: object) -> None:
+    if not isinstance(timestamp_ms, int) or timestamp_ms < 0:
         raise ValueError(f"timestamp_ms must be a non-negative int, got {timestamp_ms!r}")
-    hdrs: list[Header] = []
-    for h in headers or ():
+
+
+def _check_headers(headers: Iterable[Header]) -> tuple[Header, ...]:
+    hdrs = tuple(headers)
+    for h in hdrs:
         if (not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str)
                 or not (h[1] is None or isinstance(h[1], bytes))):
             raise TypeError(f"headers must be (str, bytes | None) pairs, got {h!r}")
-        hdrs.append(h)
-    return NewRecord(
-        key=None if key is None else bytes(key),
-        value=None if value is None else bytes(value),
-        headers=tuple(hdrs),
-        timestamp_ms=wall_ms() if timestamp_ms is None else timestamp_ms,
-    )
+    if len(hdrs) > limits.RECORD_HEADERS_MAX:
+        raise InvalidRecordError(
+            f"a record has {len(hdrs)} headers (limit {limits.RECORD_HEADERS_MAX})")
+    return hdrs
 
 
 def _idempotence(enable: bool | None, acks: int, retries: int, max_in_flight: int) -> bool:
