@@ -14,7 +14,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	tidelog/client
 
-.PHONY: run stop test lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume clean venv
+.PHONY: run stop test test-slow lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume clean venv
 
 venv: $(STAMP)
 
@@ -26,6 +26,11 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP) lint typecheck proto-check
 	$(PY) -m pytest -q -m "not slow" tests
+
+# The long seeded Raft simulation sweeps (many seeds, long fault schedules; tens of minutes),
+# left out of make test.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
