@@ -221,7 +221,20 @@ class ProducerStateTable:
             return Reject(InvalidRecordError(problem))
         entry = self._producers.get(producer_id)
         if entry is None:
-            return _ACCEPT
+            # A producer this partition does not know must start at sequence 0. Kafka (2.5+)
+            # accepts any sequence here because one connection delivers a producer's requests in
+            # order; gRPC runs concurrent calls concurrently, so a producer's second in-flight
+            # batch can arrive first. Accepting it wrote it at the log's end and made the first
+            # batch a "duplicate" of nothing (acknowledged, never written). A batch that is not
+            # the producer's first in flight is retried once the earlier one lands; a first
+            # unacknowledged batch refused here means the leader lost the producer's state
+            # (expiry, eviction), and the client bumps its epoch and restarts at 0 (KIP-360).
+            if base_sequence == 0:
+                return _ACCEPT
+            return Reject(OutOfOrderSequenceNumberError(
+                f"producer {producer_id} is not known on this partition: its first batch must "
+                f"have sequence 0, got {base_sequence} (a batch sent earlier has not arrived, "
+                "or this leader no longer has the producer's state)"))
         last_seq = next_sequence(base_sequence, record_count - 1)
         current = entry.producer_epoch
         if producer_epoch == current:

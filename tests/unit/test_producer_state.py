@@ -66,11 +66,19 @@ def test_non_idempotent_batches_bypass_every_check() -> None:
     assert (len(log.table), log.table.end_offset) == (0, 3)
 
 
-def test_an_unknown_producer_is_accepted_at_any_sequence() -> None:
-    """Kafka 2.5+ (KIP-360): its state may have expired; UNKNOWN_PRODUCER_ID is not used."""
+def test_an_unknown_producer_must_start_at_sequence_zero() -> None:
+    """Unlike Kafka 2.5+, which relies on one connection delivering in order: a producer's
+    later in-flight batch that overtakes its first is refused (retriable), not written at the
+    log's end ahead of it; a producer whose state was lost gets the same answer and bumps its
+    epoch (KIP-360)."""
     log = Log()
     assert log.check(0) == Accept()
-    assert log.check(1234) == Accept()
+    assert log.check(0, epoch=7) == Accept()
+    overtaking = log.check(1234)
+    assert error_of(overtaking) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert isinstance(overtaking, Reject) and "not known" in overtaking.error.message
+    log.append(0, 3)
+    assert log.check(3) == Accept(), "known from its first batch on"
 
 
 def test_sequences_must_follow_on() -> None:
@@ -109,7 +117,9 @@ def test_producer_epochs() -> None:
 
 def test_sequences_wrap_at_int32_max() -> None:
     log = Log()
-    log.append(SEQUENCE_MAX - 5, 5)  # ..., SEQUENCE_MAX - 1
+    # A producer already known at SEQUENCE_MAX - 5 (as rebuilt from the log).
+    log.table.on_append(BatchHeader(PID, 0, SEQUENCE_MAX - 5, 5, log.offset, NOW))
+    log.offset += 5  # ..., SEQUENCE_MAX - 1
     base = log.append(SEQUENCE_MAX - 0, 3)  # SEQUENCE_MAX, 0, 1
     entry = log.table.entry(PID)
     assert entry is not None and entry.last_seq == 1
@@ -171,7 +181,9 @@ def test_the_least_recently_appended_producer_is_evicted_beyond_the_bound() -> N
 def test_encode_decode_and_damage() -> None:
     log = Log()
     log.append(0, 3)
-    log.append(5, pid=9, epoch=2)
+    # A second producer, known from the log mid-sequence (its first batches were removed).
+    log.table.on_append(BatchHeader(9, 2, 5, 1, log.offset, NOW))
+    log.offset += 1
     data = log.table.encode()
     again = ProducerStateTable.decode(data)
     assert again.encode() == data and again.end_offset == log.table.end_offset
@@ -241,7 +253,7 @@ def test_truncation_keeps_only_what_a_rebuild_of_the_prefix_has(
     for pid in (1, 2, 3, 4):
         entry, expected = table.entry(pid), prefix.entry(pid)
         if entry is None:
-            continue  # forgotten: accepted at any sequence, as an unknown producer
+            continue  # forgotten: an unknown producer again (sequence 0 or an epoch bump)
         assert expected is not None
         assert entry.producer_epoch == expected.producer_epoch
         assert list(entry.batches) == list(expected.batches)[-len(entry.batches):]

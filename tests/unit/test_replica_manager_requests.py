@@ -62,6 +62,28 @@ def test_init_producer_id_hands_out_ids_from_controller_blocks(tmp_path: Path) -
     scenario(tmp_path, body)
 
 
+def test_a_producers_second_batch_arriving_first_is_refused_not_written(tmp_path: Path
+                                                                         ) -> None:
+    """gRPC runs a client's concurrent Produce calls concurrently, so an idempotent producer's
+    second in-flight batch can reach the leader before its first. It must be refused
+    (OUT_OF_ORDER_SEQUENCE_NUMBER, which the client retries once the first lands), not written at
+    the log's end: that made the first batch a DUPLICATE_SEQUENCE_NUMBER of nothing, which the
+    client completes as written (records acknowledged, never stored)."""
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]])
+        pid, epoch = await init_producer(c, 1)
+        first = batch(b"a", b"b", b"c", producer_id=pid, producer_epoch=epoch, base_sequence=0)
+        second = batch(b"d", b"e", producer_id=pid, producer_epoch=epoch, base_sequence=3)
+        early = await c.produce("t", second)
+        assert early.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, early
+        assert c.leo(1, "t") == 0, "nothing written"
+        assert (await c.produce("t", first)).base_offset == 0
+        assert (await c.produce("t", second)).base_offset == 3, "the retry lands after it"
+        assert values(c.log_batches(1, "t")) == [b"a", b"b", b"c", b"d", b"e"]
+    scenario(tmp_path, body)
+
+
 def test_duplicates_gaps_and_fenced_producer_epochs(tmp_path: Path) -> None:
     async def body(c: Cluster) -> None:
         await c.start_all()
@@ -420,4 +442,108 @@ def test_producer_id_blocks_are_prefetched() -> None:
         ids = [await manager.next_producer_id() for _ in range(3)]
         assert ids == [1009, 2000, 2001] and controller.calls == 2
         await manager.close()
+    asyncio.run(body())
+
+
+# --- the follower's gRPC transport: one fetch stream per leader ---------------------------------
+
+
+class _EchoPlane:
+    """A data plane whose follower fetch answers with the request's replica_id (as the log end
+    offset), after ``delay_s`` when the request's max_wait_ms asks for it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def handle_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        self.calls += 1
+        if request.max_wait_ms:
+            await asyncio.sleep(request.max_wait_ms / 1000)
+        return pb.FetchResponse(error_message=str(request.replica_id))
+
+
+async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
+    import grpc
+
+    from broker.service import ReplicaService, add_to_server
+    from tidelog.v1 import broker_pb2_grpc
+
+    class Runtime:
+        data_plane = plane
+
+    server = grpc.aio.server()
+    if stream:
+        add_to_server(server, Runtime())  # type: ignore[arg-type]
+    else:  # an older leader: the proto's unary ReplicaService only
+        broker_pb2_grpc.add_ReplicaServiceServicer_to_server(
+            ReplicaService(Runtime()), server)  # type: ignore[arg-type]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+def test_grpc_transport_fetches_over_one_stream_and_recovers_from_a_lost_exchange() -> None:
+    from broker.fetcher import GrpcReplicaTransport
+    from tidelog.errors import NetworkError
+
+    async def body() -> None:
+        plane = _EchoPlane()
+        server, port = await _serve(plane, stream=True)
+        transport = GrpcReplicaTransport(lambda _id: ("127.0.0.1", port))
+        try:
+            for i in range(5):
+                answer = await transport.fetch(7, pb.FetchRequest(replica_id=i), timeout_s=5)
+                assert answer.error_message == str(i)
+            call = transport._leaders[7].call
+            assert call is not None and transport._leaders[7].stream_supported
+            # A timed-out exchange closes the stream: its late answer is never read as the
+            # answer of the next fetch.
+            try:
+                await transport.fetch(7, pb.FetchRequest(replica_id=100, max_wait_ms=300),
+                                      timeout_s=0.05)
+                raise AssertionError("expected a timeout")
+            except NetworkError:
+                pass
+            assert transport._leaders[7].call is None
+            answer = await transport.fetch(7, pb.FetchRequest(replica_id=8), timeout_s=5)
+            assert answer.error_message == "8"
+            # So does a cancelled one (the fetcher cancels its long-poll to re-target).
+            task = asyncio.get_running_loop().create_task(transport.fetch(
+                7, pb.FetchRequest(replica_id=200, max_wait_ms=300), timeout_s=5))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            try:
+                await task
+                raise AssertionError("expected a cancellation")
+            except asyncio.CancelledError:
+                pass
+            answer = await transport.fetch(7, pb.FetchRequest(replica_id=9), timeout_s=5)
+            assert answer.error_message == "9"
+            await asyncio.sleep(0.4)  # the abandoned exchanges ended on the server
+            answer = await transport.fetch(7, pb.FetchRequest(replica_id=10), timeout_s=5)
+            assert answer.error_message == "10"
+        finally:
+            await transport.close()
+            await server.stop(None)
+
+    asyncio.run(body())
+
+
+def test_grpc_transport_falls_back_to_unary_fetches_for_a_leader_without_the_stream() -> None:
+    from broker.fetcher import GrpcReplicaTransport
+
+    async def body() -> None:
+        plane = _EchoPlane()
+        server, port = await _serve(plane, stream=False)
+        transport = GrpcReplicaTransport(lambda _id: ("127.0.0.1", port))
+        try:
+            for i in range(3):
+                answer = await transport.fetch(7, pb.FetchRequest(replica_id=i), timeout_s=5)
+                assert answer.error_message == str(i)
+            assert not transport._leaders[7].stream_supported
+            assert plane.calls == 3
+        finally:
+            await transport.close()
+            await server.stop(None)
+
     asyncio.run(body())

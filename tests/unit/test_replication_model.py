@@ -730,7 +730,14 @@ class World:
                                   base_sequence=request.base_sequence,
                                   record_count=len(request.record_ids))
         if isinstance(check, Reject):
-            raise AssertionError(f"producer state rejected a retry: {check.error}")
+            # Only OUT_OF_ORDER_SEQUENCE_NUMBER may happen: a leader that does not know the
+            # producer (retention removed its batches), or a stale leader whose state is behind
+            # the batches a newer leader acknowledged. The client answers with an epoch bump, and
+            # the final check shows that never duplicates a record. Anything else is a bug.
+            assert check.error.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, (
+                f"producer state rejected a retry: {check.error}")
+            self.respond_produce(b, request, check.error.code)
+            return
         if isinstance(check, Duplicate):
             self.count("duplicates")
             base, last = check.base_offset, check.last_offset
@@ -786,6 +793,17 @@ class World:
         if request.client != CLIENT:
             return
         c = self.client
+        if (error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and request.attempt == c.attempt
+                and request.producer_epoch == c.producer_epoch):
+            # The leader does not know the producer (retention removed its batches) or is a
+            # stale one: one batch in flight, so it is the first unacknowledged one, and the
+            # client bumps its epoch and restarts at sequence 0 (KIP-360), as the real one does.
+            self.count("epoch_bumps")
+            self.note(f"client bumps its epoch to {c.producer_epoch + 1}")
+            c.producer_epoch += 1
+            c.next_sequence = 0
+            self._client_attempt_over(request)
+            return
         assert error not in _PRODUCER_ERRORS, ErrorCode.Name(error)
         if error == ErrorCode.NONE and c.pending == request.record_ids:
             c.pending = None
