@@ -10,6 +10,7 @@ client's mistake: those are error codes in the response.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -132,6 +133,17 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
         if plane is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "replication is not served here")
         return await plane.handle_replica_fetch(request)
+
+    async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
+                          context: Any) -> AsyncIterator[pb.FetchResponse]:
+        """Fetch over one stream (see ``broker.fetcher``'s module doc): one answer per
+        request, in order, through the same handler as the unary call."""
+        async for request in requests:
+            plane = self.rt.data_plane
+            if plane is None:
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                    "replication is not served here")
+            yield await plane.handle_replica_fetch(request)
 
 
 def add_to_server(server: grpc.aio.Server, runtime: BrokerRuntime) -> None:

@@ -466,7 +466,6 @@ async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
     import grpc
 
     from broker.service import ReplicaService, add_to_server
-    from tidelog.v1 import broker_pb2_grpc
 
     class Runtime:
         data_plane = plane
@@ -474,9 +473,12 @@ async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
     server = grpc.aio.server()
     if stream:
         add_to_server(server, Runtime())  # type: ignore[arg-type]
-    else:  # an older leader: the proto's unary ReplicaService only
-        broker_pb2_grpc.add_ReplicaServiceServicer_to_server(
-            ReplicaService(Runtime()), server)  # type: ignore[arg-type]
+    else:  # an older leader: ReplicaService with the unary Fetch only
+        unary = ReplicaService(Runtime())  # type: ignore[arg-type]
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "tidelog.v1.ReplicaService", {"Fetch": grpc.unary_unary_rpc_method_handler(
+                unary.Fetch, request_deserializer=pb.FetchRequest.FromString,
+                response_serializer=pb.FetchResponse.SerializeToString)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
