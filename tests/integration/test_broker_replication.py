@@ -20,33 +20,38 @@ What it checks:
 
 How: tests/integration/cluster_harness.py runs the nodes as ``tidelog server`` processes (one
 cluster for the module; a fixture restarts whatever a test stopped). The test talks raw gRPC
-(BrokerService stubs, batches from tidelog.record_batch.build_batch); the client library is not
-used. **Replica comparison:** the wire has no "read a follower's log" call, so the test waits
-until every replica reports the leader's LEO (DescribeLogs), then kill -9s the three brokers,
-opens each broker's RocksDB with broker.storage.Storage (recovery included, exactly as a
-restart would) and compares the stored batches per offset, bytes for bytes; then it starts the
-brokers again (they re-register once their old sessions expire).
+(tests/integration/replica_checks.py's Client: BrokerService stubs, batches from
+tidelog.record_batch.build_batch); the client library is not used. **Replica comparison**
+(replica_checks.assert_replicas_identical): the wire has no "read a follower's log" call, so
+the test waits until every replica reports the leader's LEO (DescribeLogs), then kill -9s the
+three brokers, opens each broker's RocksDB with broker.storage.Storage (recovery included,
+exactly as a restart would) and compares the stored batches per offset, bytes for bytes; then it
+starts the brokers again (they re-register once their old sessions expire).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from cluster_harness import ClusterHarness
+from replica_checks import (
+    RPC_TIMEOUT_S,
+    WAIT_S,
+    Client,
+    all_running,
+    assert_replicas_identical,
+    records,
+    values_of,
+    wait_for,
+)
 
-from broker.storage import Storage
-from tidelog import limits
-from tidelog.errors import KafkaStorageErrorError
-from tidelog.record_batch import NewRecord, build_batch, decode_records, parse_batch
 from tidelog.v1 import broker_pb2 as pb
-from tidelog.v1 import broker_pb2_grpc
-from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.integration
@@ -58,182 +63,6 @@ OVERRIDES = {
     "broker": {"heartbeat_interval_ms": 500, "replica_lag_time_max_ms": 2_000,
                "replica_fetch_wait_max_ms": 200},
 }
-WAIT_S = 30.0
-RPC_TIMEOUT_S = 10.0
-RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                       ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
-                       ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.FENCED_LEADER_EPOCH,
-                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                       ErrorCode.KAFKA_STORAGE_ERROR})
-GRPC_OPTIONS = [("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-                ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX)]
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def records(*values: bytes, producer_id: int = -1, producer_epoch: int = -1,
-            base_sequence: int = -1, max_bytes: int = limits.MESSAGE_BYTES_MAX) -> bytes:
-    return build_batch([NewRecord(None, v) for v in values], now_ms=int(time.time() * 1000),
-                       producer_id=producer_id, producer_epoch=producer_epoch,
-                       base_sequence=base_sequence, max_bytes=max_bytes)
-
-
-def values_of(batches: list[bytes]) -> list[bytes]:
-    return [r.value or b"" for b in batches for r in decode_records(parse_batch(b))]
-
-
-class Client:
-    """Raw BrokerService calls by broker id, with the leader found through Metadata."""
-
-    def __init__(self, cluster: ClusterHarness) -> None:
-        self.cluster = cluster
-        self.names = {cluster.node(n).node_id: n for n in cluster.broker_names}
-        self._stubs: dict[int, Any] = {}
-        self._channels: list[grpc.Channel] = []
-
-    def close(self) -> None:
-        for channel in self._channels:
-            channel.close()
-
-    def stub(self, broker_id: int) -> Any:
-        stub = self._stubs.get(broker_id)
-        if stub is None:
-            port = self.cluster.node(self.names[broker_id]).broker_port
-            channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
-            self._channels.append(channel)
-            stub = self._stubs[broker_id] = broker_pb2_grpc.BrokerServiceStub(channel)
-        return stub
-
-    def live(self) -> list[int]:
-        return [b for b, name in self.names.items()
-                if self.cluster.is_running(name) and not self.cluster.is_paused(name)]
-
-    def metadata(self, topic: str) -> pb.TopicMetadata | None:
-        for broker_id in self.live():
-            try:
-                answer = self.stub(broker_id).Metadata(pb.MetadataRequest(topics=[topic]),
-                                                       timeout=2)
-            except grpc.RpcError:
-                continue
-            if answer.topics and answer.topics[0].error_code == ErrorCode.NONE:
-                return answer.topics[0]
-        return None
-
-    def partition(self, topic: str, partition: int = 0) -> pb.PartitionMetadata:
-        def found() -> pb.PartitionMetadata | None:
-            meta = self.metadata(topic)
-            if meta is None or partition >= len(meta.partitions):
-                return None
-            p = meta.partitions[partition]
-            return p if p.leader >= 0 and p.leader in self.live() else None
-        result: pb.PartitionMetadata = wait_for(found, f"a live leader of {topic}-{partition}")
-        return result
-
-    def leader(self, topic: str, partition: int = 0) -> int:
-        return int(self.partition(topic, partition).leader)
-
-    def create_topic(self, name: str, replicas: list[int], **configs: str) -> None:
-        request = cpb.CreateTopicsRequest()
-        topic = request.topics.add(name=name, num_partitions=-1, replication_factor=-1)
-        topic.assignments.add(partition_id=0, broker_ids=replicas)
-        for key, value in configs.items():
-            topic.configs.add(name=key.replace("_", "."), value=value)
-        answer = self.stub(self.live()[0]).CreateTopics(request, timeout=RPC_TIMEOUT_S)
-        assert answer.topics[0].error_code == ErrorCode.NONE, answer
-        wait_for(lambda: len(self.partition(name).isr) == len(replicas), f"{name} fully in sync")
-        # Every replica has acted on it (a client would retry UNKNOWN_TOPIC_OR_PARTITION).
-        wait_for(lambda: set(self.logs(name)) == set(replicas), f"{name} hosted on {replicas}")
-
-    def produce(self, topic: str, data: bytes, *, acks: int = -1, broker: int | None = None,
-                timeout_ms: int = 5_000) -> pb.ProduceResponse.PartitionResponse:
-        request = pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
-        request.topics.add(name=topic).partitions.add(partition_id=0, batch=data)
-        target = broker if broker is not None else self.leader(topic)
-        answer = self.stub(target).Produce(request, timeout=timeout_ms / 1000 + RPC_TIMEOUT_S)
-        result: pb.ProduceResponse.PartitionResponse = answer.topics[0].partitions[0]
-        return result
-
-    def produce_until_acked(self, topic: str, data: bytes, *, timeout_s: float = WAIT_S
-                            ) -> int:
-        """Send until acknowledged (retriable errors and dead brokers: retry); the offset."""
-        deadline = time.monotonic() + timeout_s
-        last: object = None
-        while time.monotonic() < deadline:
-            try:
-                answer = self.produce(topic, data, timeout_ms=3_000)
-            except (grpc.RpcError, AssertionError) as error:
-                last = error
-                time.sleep(0.1)
-                continue
-            if answer.error_code == ErrorCode.NONE:
-                return int(answer.base_offset)
-            assert answer.error_code in RETRIABLE, answer
-            last = ErrorCode.Name(answer.error_code)
-            time.sleep(0.1)
-        raise AssertionError(f"not acknowledged within {timeout_s:.0f} s (last: {last})")
-
-    def fetch(self, topic: str, offset: int, *, broker: int | None = None,
-              leader_epoch: int = -1, max_wait_ms: int = 0) -> pb.FetchResponse.PartitionData:
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1,
-                                  max_bytes=16 << 20)
-        request.topics.add(name=topic).partitions.add(
-            partition_id=0, fetch_offset=offset, current_leader_epoch=leader_epoch,
-            partition_max_bytes=8 << 20)
-        target = broker if broker is not None else self.leader(topic)
-        answer = self.stub(target).Fetch(request, timeout=RPC_TIMEOUT_S)
-        result: pb.FetchResponse.PartitionData = answer.topics[0].partitions[0]
-        return result
-
-    def read_all(self, topic: str) -> list[bytes]:
-        """Every record value below the leader's HW, from offset 0."""
-        out: list[bytes] = []
-        offset = 0
-        for _ in range(10_000):
-            answer = self.fetch(topic, offset)
-            assert answer.error_code == ErrorCode.NONE, answer
-            if not answer.batches:
-                break
-            for data in answer.batches:
-                batch = parse_batch(data)
-                out.extend(r.value or b"" for r in decode_records(batch)
-                           if r.offset >= offset)
-                offset = batch.base_offset + batch.record_count
-        return out
-
-    def logs(self, topic: str) -> dict[int, pb.DescribeLogsResponse.PartitionLog]:
-        found = {}
-        for broker_id in self.live():
-            request = pb.DescribeLogsRequest()
-            request.topics.add(name=topic)
-            try:
-                answer = self.stub(broker_id).DescribeLogs(request, timeout=2)
-            except grpc.RpcError:
-                continue
-            for row in answer.partitions:
-                if row.error_code == ErrorCode.NONE:
-                    found[broker_id] = row
-        return found
-
-    def wait_converged(self, topic: str, replicas: list[int]) -> int:
-        """Until every replica has the leader's LEO and the leader's HW is there too."""
-        def converged() -> int | None:
-            rows = self.logs(topic)
-            if set(rows) != set(replicas):
-                return None
-            ends = {row.log_end_offset for row in rows.values()}
-            leaders = [row for row in rows.values() if row.is_leader]
-            if len(ends) != 1 or len(leaders) != 1 or leaders[0].high_watermark not in ends:
-                return None
-            return ends.pop() + 1  # +1: a LEO of 0 counts as converged too
-        return int(wait_for(converged, f"{topic} converged on {replicas}")) - 1
 
 
 @pytest.fixture(scope="module")
@@ -247,60 +76,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHarness
 @pytest.fixture
 def client(cluster: ClusterHarness) -> Iterator[Client]:
     """The module's cluster with every node running and ready (a test may have stopped some)."""
-    for name in cluster.controller_names + cluster.broker_names:
-        if cluster.is_paused(name):
-            cluster.resume(name)
-    down = [n for n in cluster.controller_names + cluster.broker_names
-            if not cluster.is_running(n)]
-    if down:
-        cluster.start(*down)
-    cluster.wait_for_leader()
-    cluster.wait_ready()
+    all_running(cluster)
     c = Client(cluster)
     wait_for(lambda: len(c.live()) == 3, "three brokers")
     yield c
     c.close()
-
-
-def open_storage(cluster: ClusterHarness, name: str, broker_id: int) -> Storage:
-    """The killed broker's storage. The harness sees a killed process as gone once its main
-    thread is a zombie; its other threads may still hold RocksDB's LOCK for a few ms."""
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            return Storage.open(cluster.local.data_dir(name), cluster_id=cluster.cluster_id,
-                                node_id=broker_id)
-        except KafkaStorageErrorError as error:
-            if "lock" not in str(error).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def assert_replicas_identical(cluster: ClusterHarness, client: Client, topic: str,
-                              replicas: list[int]) -> list[bytes]:
-    """Kill -9 every broker, compare the partition's stored batches on each, restart them."""
-    leo = client.wait_converged(topic, replicas)
-    meta = client.metadata(topic)
-    assert meta is not None
-    topic_id = meta.topic_id
-    for name in cluster.broker_names:
-        cluster.kill(name)
-    stored: dict[int, list[bytes]] = {}
-    for broker_id in replicas:
-        with open_storage(cluster, client.names[broker_id], broker_id) as storage:
-            plog = storage.log(topic_id, 0)
-            stored[broker_id] = plog.read(plog.log_start_offset, 1 << 30).batches
-            assert plog.log_end_offset == leo
-    cluster.start(*cluster.broker_names, wait=False)
-    first = stored[replicas[0]]
-    assert first, "something was written"
-    for broker_id, batches in stored.items():
-        assert len(batches) == len(first), (broker_id, len(batches), len(first))
-        for mine, theirs in zip(batches, first, strict=True):
-            offset = parse_batch(theirs).base_offset
-            assert mine == theirs, f"broker {broker_id} differs at offset {offset}"
-    cluster.wait_ready(cluster.broker_names)
-    return first
 
 
 # --- the tests -----------------------------------------------------------------------------------
@@ -317,7 +97,7 @@ def test_rf3_acks_all_every_replica_identical(cluster: ClusterHarness, client: C
         assert answer.base_offset == i * 10
         sent.extend(values)
     assert client.read_all("identical") == sent
-    stored = assert_replicas_identical(cluster, client, "identical", replicas)
+    stored = assert_replicas_identical(client, "identical", replicas)
     assert values_of(stored) == sent
 
 
@@ -366,7 +146,7 @@ def test_leader_kill_during_idempotent_acks_all_produce(cluster: ClusterHarness,
     wait_for(lambda: old_leader in client.partition("failover").isr, "the old leader in the ISR")
     got = client.read_all("failover")
     assert got == acked, "every acknowledged record, once, in order"
-    stored = assert_replicas_identical(cluster, client, "failover", replicas)
+    stored = assert_replicas_identical(client, "failover", replicas)
     assert values_of(stored) == acked
 
 
@@ -432,7 +212,7 @@ def test_diverged_follower_truncates_to_the_new_leader(cluster: ClusterHarness,
     old_log = cluster.local.log_path(client.names[leader])
     wait_for(lambda: "diverge-0: truncated from 4 to 1" in old_log.read_text(errors="replace"),
              "the old leader truncating its three records")
-    stored = assert_replicas_identical(cluster, client, "diverge", replicas)
+    stored = assert_replicas_identical(client, "diverge", replicas)
     assert values_of(stored) == [b"committed", b"new-1", b"new-2"]
 
 

@@ -26,8 +26,8 @@ starts whatever a test left stopped); records go through tidelog's Producer, Con
 set in the ISR and its leader's high watermark at its log end. No RPC shows a broker's on-disk
 partitions that it does not host (DescribeLogs lists hosted ones only, and so do the metrics),
 so the stray check waits for the broker's "deleted partition" log lines and then opens the killed
-broker's data dir with broker.storage.Storage, as tests/integration/test_broker_replication.py
-does.
+broker's data dir with broker.storage.Storage (replica_checks.open_storage, as
+tests/integration/test_broker_replication.py does).
 """
 
 from __future__ import annotations
@@ -40,18 +40,16 @@ from typing import TypeVar
 
 import pytest
 from cluster_harness import ClusterHarness
+from replica_checks import all_running, broker_ids, broker_name, open_storage, read_all
 
-from broker.storage import Storage
 from tidelog.client import (
     Admin,
-    Consumer,
     ConsumerRecord,
     NewTopic,
     Producer,
     TopicPartition,
 )
 from tidelog.errors import (
-    KafkaStorageErrorError,
     NetworkError,
     RequestTimedOutError,
     TidelogError,
@@ -72,7 +70,6 @@ OVERRIDES = {
 WAIT_S = 45.0
 PRODUCER = dict(request_timeout_ms=5_000, delivery_timeout_ms=60_000, retry_backoff_ms=50,
                 max_block_ms=15_000, linger_ms=5)
-CONSUMER = dict(request_timeout_ms=5_000, retry_backoff_ms=50, fetch_max_wait_ms=200)
 RELIABLE = {"min.insync.replicas": "2"}
 #: Attempts at making a given controller the active one (each: 1/2 chance).
 ACTIVE_ATTEMPTS_MAX = 12
@@ -99,14 +96,6 @@ def eventually(check: Callable[[], T], *, what: str, timeout_s: float = WAIT_S) 
 def admin_of(cluster: ClusterHarness) -> Admin:
     return Admin(cluster.bootstrap, request_timeout_ms=10_000, default_api_timeout_ms=20_000,
                  retry_backoff_ms=50)
-
-
-def broker_name(cluster: ClusterHarness, broker_id: int) -> str:
-    return next(n for n in cluster.broker_names if cluster.node(n).node_id == broker_id)
-
-
-def broker_ids(cluster: ClusterHarness) -> list[int]:
-    return sorted(cluster.node(n).node_id for n in cluster.broker_names)
 
 
 def wait_healthy(cluster: ClusterHarness, topics: list[str]) -> dict[str, str]:
@@ -210,20 +199,6 @@ def extend(acked: Acked, more: Acked) -> None:
         known.update(records)
 
 
-def read_all(cluster: ClusterHarness, tps: list[TopicPartition]) -> list[ConsumerRecord]:
-    """Every record of ``tps`` from the log start up to the high watermark."""
-    with Consumer(cluster.bootstrap, auto_offset_reset="earliest", **CONSUMER) as consumer:
-        ends = consumer.end_offsets(tps)
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        out: list[ConsumerRecord] = []
-        deadline = time.monotonic() + WAIT_S
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, "could not read up to the high watermark"
-            out += consumer.poll(timeout_ms=500)
-        return out
-
-
 def assert_exactly(records: list[ConsumerRecord], acked: Acked) -> None:
     """Each partition holds exactly its acknowledged records, at their offsets."""
     got: dict[TopicPartition, dict[int, bytes]] = {tp: {} for tp in acked}
@@ -263,23 +238,10 @@ def make_active(cluster: ClusterHarness, node_id: int) -> None:
                          "elections")
 
 
-def open_storage(cluster: ClusterHarness, name: str) -> Storage:
-    """A killed broker's storage (its threads may hold RocksDB's LOCK for a few ms more)."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return Storage.open(cluster.local.data_dir(name), cluster_id=cluster.cluster_id,
-                                node_id=cluster.node(name).node_id)
-        except KafkaStorageErrorError as error:
-            if "lock" not in str(error).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 def stored_partitions(cluster: ClusterHarness, name: str, topic_id: str) -> list[int]:
     """Partitions of ``topic_id`` with a log in the (killed) broker's RocksDB."""
     raw = uuid.UUID(topic_id).bytes
-    with open_storage(cluster, name) as storage:
+    with open_storage(cluster, name, lock_wait_s=10) as storage:
         return [tp.partition for tp in storage.partitions() if tp.topic_id == raw]
 
 
@@ -297,13 +259,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHarness
 @pytest.fixture
 def healthy(cluster: ClusterHarness) -> ClusterHarness:
     """Every node running and unpaused, three unfenced brokers (a test may have stopped some)."""
-    names = cluster.controller_names + cluster.broker_names
-    for name in names:
-        if cluster.is_paused(name):
-            cluster.resume(name)
-    down = [n for n in names if not cluster.is_running(n)]
-    if down:
-        start_together(cluster, down)
+    all_running(cluster, timeout_s=WAIT_S)
     wait_healthy(cluster, [])
     return cluster
 
@@ -337,11 +293,11 @@ def test_whole_cluster_kill_and_restart_loses_nothing(healthy: ClusterHarness) -
         if crash:  # writes after a restart continue at the next offsets
             extend(acked, produce(cluster, "restart-0", 6, 600, b"c%d-more" % crash))
         assert crash_and_restart(cluster, sorted(ids)) == ids, "a topic id changed"
-        assert_exactly(read_all(cluster, sorted(acked)), acked)
+        assert_exactly(read_all(cluster, sorted(acked), timeout_s=WAIT_S), acked)
     assert len(acked) == 9 and sum(len(r) for r in acked.values()) == 4_200
     for name, partitions in (("restart-0", 6), ("restart-1", 3)):
         extend(acked, produce(cluster, name, partitions, 300, b"%s-last" % name.encode()))
-    assert_exactly(read_all(cluster, sorted(acked)), acked)
+    assert_exactly(read_all(cluster, sorted(acked), timeout_s=WAIT_S), acked)
 
 
 def test_topic_deleted_while_a_broker_is_down(healthy: ClusterHarness) -> None:
@@ -400,7 +356,7 @@ def test_topic_deleted_while_a_broker_is_down(healthy: ClusterHarness) -> None:
     new = produce(cluster, name, partitions, 30, b"new")
     assert {tp: sorted(r) for tp, r in new.items()} == \
         {TopicPartition(name, p): list(range(10)) for p in range(partitions)}
-    assert_exactly(read_all(cluster, sorted(new)), new)
+    assert_exactly(read_all(cluster, sorted(new), timeout_s=WAIT_S), new)
 
     cluster.kill(victim_name)
     assert stored_partitions(cluster, victim_name, old_id) == [], "old logs still on disk"
