@@ -204,6 +204,18 @@ def test_a_lost_producer_state_is_repaired_with_a_new_epoch(cluster: FakeCluster
     assert values(cluster, topic) == [b"first", b"second"]
 
 
+def test_a_duplicate_answer_to_a_first_attempt_is_not_taken_as_written(cluster: FakeCluster,
+                                                                        topic: str) -> None:
+    """DUPLICATE_SEQUENCE_NUMBER means "written before"; a batch on its first attempt cannot be
+    its own duplicate, so the producer retries it (a new epoch here: it is the first
+    unacknowledged batch) instead of completing it with offset -1 as if it were in the log."""
+    with Producer(cluster.bootstrap, **FAST) as producer:
+        assert producer.send(topic, b"first").result(WAIT_S).offset == 0
+        cluster.inject("Produce", ErrorCode.DUPLICATE_SEQUENCE_NUMBER, topic=topic)
+        assert producer.send(topic, b"second").result(WAIT_S).offset == 1
+    assert values(cluster, topic) == [b"first", b"second"]
+
+
 def test_a_slow_response_is_retried_without_a_duplicate(cluster: FakeCluster,
                                                         topic: str) -> None:
     cluster.slow_next("Produce", 3_000)  # longer than the client waits (100 ms + 1 s slack)

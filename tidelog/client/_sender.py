@@ -8,7 +8,8 @@ RecordBatch bytes (once: a retry resends the same bytes) and sends one Produce r
 
 Responses are handled per partition (``_handle_partition``):
 * NONE: complete the batch's futures in record order with (topic, partition, offset, timestamp).
-* DUPLICATE_SEQUENCE_NUMBER: written earlier, offset unknown: complete with offset -1.
+* DUPLICATE_SEQUENCE_NUMBER: written earlier, offset unknown: complete with offset -1; but on a
+  batch's first attempt (it cannot be its own duplicate) it is handled as out of order.
 * retriable (``TidelogError.retriable``; for an idempotent producer also an out-of-order
   sequence behind a batch that is being retried): put the batch back (same producer id, epoch and
   sequence), apply the leader hint, refresh metadata when the code says it is stale; until
@@ -37,6 +38,7 @@ from tidelog.errors import (
     ErrorCode,
     InvalidProducerEpochError,
     NetworkError,
+    OutOfOrderSequenceNumberError,
     ProducerFencedError,
     RequestTimedOutError,
     TidelogError,
@@ -463,8 +465,15 @@ class Sender:
                 f"the produce response did not mention {batch.tp}"), None)
         elif resp.error_code == ErrorCode.NONE:
             self._complete(batch, resp.base_offset, resp.log_append_time_ms)
-        elif resp.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+        elif resp.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and batch.attempts > 1:
             self._complete(batch, -1, -1)  # written before; the leader no longer knows where
+        elif resp.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            # On its first attempt a batch cannot be a duplicate of itself: the leader's state
+            # does not match ours. Completing it as written could acknowledge records that are
+            # not in the log, so treat it as out of order (retry, or a new epoch, KIP-360).
+            self._handle_error(batch, OutOfOrderSequenceNumberError(
+                f"{batch.tp}: DUPLICATE_SEQUENCE_NUMBER for a batch sent for the first time "
+                f"({resp.error_message})"), None)
         else:
             hint = resp.current_leader if resp.HasField("current_leader") else None
             self._handle_error(batch, error_for_code(resp.error_code, resp.error_message), hint)
