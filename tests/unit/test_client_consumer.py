@@ -11,6 +11,7 @@ with the code and the partition/offset), never on timing.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -287,3 +288,30 @@ def test_a_stopped_leader_is_waited_for(cluster: FakeCluster) -> None:
             with Producer(fc.bootstrap, linger_ms=0) as producer:
                 producer.send(name, b"back").result(10)
             assert [r.value for r in consume(consumer, 1)] == [b"back"]
+
+
+def test_a_caught_up_partition_does_not_hold_back_its_leaders_other_partitions(
+        cluster: FakeCluster) -> None:
+    """Partitions 0 and 3 share a leader. Once 0 is caught up while 3 still has fetched records
+    to return, no fetch for 0 alone is sent: the broker would hold it (a long-poll, here 10 s)
+    and, with one fetch per leader in flight, 3 could not be fetched again meanwhile."""
+    name = f"c{next(_names)}"
+    cluster.create_topic(name, 4)
+    with Producer(cluster.bootstrap, linger_ms=0, request_timeout_ms=2_000) as producer:
+        producer.send(name, b"only", partition=0)
+        for i in range(30):
+            producer.send(name, b"%d" % i, partition=3)
+        producer.flush(WAIT_MS)
+    before = cluster.count("Fetch")
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest", max_poll_records=1,
+                  **{**FAST, "fetch_max_wait_ms": 10_000}) as consumer:
+        consumer.assign([TopicPartition(name, 0), TopicPartition(name, 3)])
+        got = consume(consumer, 1)
+        for _ in range(4):  # the poll that returns 0's record would send the next fetch
+            got += consumer.poll(WAIT_MS)
+        assert [r.value for r in got if r.partition == 0] == [b"only"]
+        time.sleep(0.2)  # a fetch sent by now would have reached the broker
+        assert cluster.count("Fetch") == before + 1
+        got += consume(consumer, 31 - len(got))
+    assert sorted(r.value for r in got if r.partition == 3) == sorted(
+        b"%d" % i for i in range(30))

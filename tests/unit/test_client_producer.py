@@ -404,7 +404,9 @@ def test_send_many_partitions_as_send_does(cluster: FakeCluster) -> None:
         assert [f.result(0).partition for f in fixed] == [3, 3, 3]
         assert len({f.result(0).partition for f in keyless}) == 1  # one sticky batch
         assert producer.send_many(name, []) == []
-    assert [r.value for r in cluster.records(name, 3)][-3:] == [b"a", None, b""]
+    # The keyless records' sticky partition may be 3 too: they come after the fixed ones.
+    assert [r.value for r in cluster.records(name, 3) if r.value != b"s"][-3:] == [
+        b"a", None, b""]
 
 
 def test_send_many_checks_every_argument_before_queuing(cluster: FakeCluster,

@@ -30,7 +30,13 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
-from tidelog.record_batch import RecordBatch, checked_records, last_offset, parse_batch
+from tidelog.record_batch import (
+    RecordBatch,
+    RecordSlots,
+    decode_batch,
+    last_offset,
+    parse_batch,
+)
 from tidelog.v1 import broker_pb2
 
 __all__ = [
@@ -84,35 +90,46 @@ class PartitionRecords:
         self.tp = tp
         self.fetch_offset = fetch_offset
         self._batches: deque[bytes] = deque(batches)
-        self._records: deque[ConsumerRecord] = deque()
+        # The decoded batch being returned and the index of its next record. Its records have
+        # consecutive offsets (decoding checks each offset delta), so taking is slicing.
+        self._records: list[ConsumerRecord] = []
+        self._next = 0
 
     @property
     def exhausted(self) -> bool:
-        return not self._records and not self._batches
+        return self._next >= len(self._records) and not self._batches
 
     def take(self, position: int, max_records: int) -> list[ConsumerRecord]:
         """Up to ``max_records`` records at or after ``position``, in offset order."""
         out: list[ConsumerRecord] = []
-        # Bounded: every pass consumes a record or a batch.
+        # Bounded: every pass takes records, moves past a decoded batch, or decodes a batch.
         while len(out) < max_records:
-            if not self._records:
+            records = self._records
+            start = self._next
+            if start >= len(records):
                 if not self._batches:
                     break
                 self._decode_next(position)
                 continue
-            record = self._records.popleft()
-            if record.offset >= position:
-                out.append(record)
-                position = record.offset + 1
+            behind = position - records[start].offset
+            if behind > 0:
+                start += behind
+            stop = min(len(records), start + max_records - len(out))
+            self._next = max(start, stop)
+            if start < stop:
+                out += records[start:stop]
+                position = records[stop - 1].offset + 1
         return out
 
     def _decode_next(self, position: int) -> None:
         data = self._batches.popleft()
+        self._records = []
+        self._next = 0
         try:
             batch = parse_batch(data)
             if last_offset(batch) < position:
                 return  # the batch that holds the fetch offset is returned whole
-            self._records.extend(_decode(batch, self.tp))
+            self._records = _decode(batch, self.tp)
         except TidelogError as e:
             self._batches.clear()
             raise CorruptRecordError(
@@ -122,44 +139,14 @@ class PartitionRecords:
             ) from None
 
 
-# ConsumerRecord is a frozen dataclass: its __init__ sets each of its nine fields through
-# object.__setattr__, which is most of the cost of a record. The decoder fills the slots
-# directly instead (the same object, ~2x faster per record).
-_new_record = object.__new__
-(_set_topic, _set_partition, _set_offset, _set_timestamp_ms, _set_timestamp_type, _set_key,
- _set_value, _set_headers, _set_leader_epoch) = (
-    getattr(ConsumerRecord, name).__set__ for name in (
-        "topic", "partition", "offset", "timestamp_ms", "timestamp_type", "key", "value",
-        "headers", "leader_epoch"))
-
-
 def _decode(batch: RecordBatch, tp: TopicPartition) -> list[ConsumerRecord]:
-    """The batch's records (CRC and counts checked), as ConsumerRecords of ``tp``."""
-    records, base_offset, timestamp_type, log_append_ms, first_ts, leader_epoch = (
-        checked_records(batch))
-    topic, partition = tp
-    out: list[ConsumerRecord] = []
-    append = out.append
-    for index, rec in enumerate(records):
-        if rec.offset_delta != index:
-            raise CorruptMessageError(
-                f"record {index} of batch at offset {base_offset} has offset_delta "
-                f"{rec.offset_delta}")
-        r = _new_record(ConsumerRecord)
-        _set_topic(r, topic)
-        _set_partition(r, partition)
-        _set_offset(r, base_offset + index)
-        _set_timestamp_ms(r, log_append_ms if log_append_ms is not None
-                          else first_ts + rec.timestamp_delta)
-        _set_timestamp_type(r, timestamp_type)
-        _set_key(r, rec.key if rec.HasField("key") else None)
-        _set_value(r, rec.value if rec.HasField("value") else None)
-        headers = rec.headers
-        _set_headers(r, tuple((h.key, h.value if h.HasField("value") else None)
-                              for h in headers) if headers else ())
-        _set_leader_epoch(r, leader_epoch)
-        append(r)
-    return out
+    """The batch's records (CRC, counts and offset deltas checked), as ConsumerRecords of
+    ``tp``. Each is built as a ``RecordSlots`` (plain attribute stores) and made a ConsumerRecord
+    by assigning ``__class__``: the same object ConsumerRecord's constructor makes, at about half
+    the cost (the frozen dataclass sets each field through ``object.__setattr__``)."""
+    records: list[ConsumerRecord] = decode_batch(batch, RecordSlots, ConsumerRecord,
+                                                 topic=tp.topic, partition=tp.partition)
+    return records
 
 
 @dataclass

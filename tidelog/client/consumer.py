@@ -331,10 +331,16 @@ class Consumer:
         snap = self._metadata.snapshot
         now = monotonic_ms()
         by_node: dict[int, dict[TopicPartition, int]] = {}
+        buffered: set[int] = set()  # leaders of partitions with records still to return
+        behind: set[int] = set()  # leaders of fetchable partitions not known to be caught up
         missing_leader = False
         for tp, st in self._subs.partitions.items():
-            if (st.paused or not st.has_valid_position or st.records is not None
-                    or st.retry_at_ms > now):
+            if st.paused or not st.has_valid_position or st.retry_at_ms > now:
+                continue
+            if st.records is not None:
+                leader = snap.leader_of(tp)
+                if leader is not None:
+                    buffered.add(leader)
                 continue
             leader = snap.leader_of(tp)
             if leader is None:
@@ -343,9 +349,17 @@ class Consumer:
             if leader not in self._fetch_in_flight:
                 assert st.position is not None
                 by_node.setdefault(leader, {})[tp] = st.position
+                if st.position < st.high_watermark or st.high_watermark < 0:
+                    behind.add(leader)
         if missing_leader:
             self._metadata.request_update()
         for node, parts in by_node.items():
+            if node in buffered and node not in behind:
+                # Every partition to fetch here is at its high watermark: the broker would hold
+                # the fetch for up to fetch_max_wait_ms, and with one fetch per leader the
+                # partitions of this leader still being returned could not be fetched meanwhile.
+                # They are all fetched together once those run out.
+                continue
             address = snap.address_of(node)
             assert address is not None  # leader_of only names brokers with an address
             request = self._fetch_request(parts)
