@@ -302,6 +302,9 @@ def test_a_minority_commits_nothing(cluster: LocalCluster, admin: Admin,
     for name in others:
         cluster.start(name)
     cluster.wait_ready()
+    # The new active controller may have fenced the (simulated) brokers while there was no
+    # quorum; an RF=3 topic needs them unfenced again (their next heartbeats), not only a leader.
+    brokers.wait_unfenced()
     assert admin.call("CreateTopics", create_topic("majority")).topics[0].error_code == 0
     image = assert_identical_images(admin, cluster)
     assert "majority" in image.topics.by_name
