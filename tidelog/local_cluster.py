@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -121,7 +122,9 @@ class LocalCluster:
     def save(self) -> None:
         state = {"cluster_id": self.cluster_id, "overrides": self.overrides,
                  "nodes": [asdict(n) for n in self.nodes.values()]}
-        tmp = self.base_dir / (STATE_FILE + ".tmp")
+        # A temp name per process and thread: two savers (e.g. nodes started from several
+        # threads) never write into each other's file; the last rename wins whole.
+        tmp = self.base_dir / f"{STATE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.base_dir / STATE_FILE)
 
