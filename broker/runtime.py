@@ -61,15 +61,16 @@ class BrokerRuntime:
             broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
             controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
             config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
-            metadata_caught_up=self._caught_up_for_strays)
+            metadata_caught_up=self._metadata_confirmed)
 
-    def _caught_up_for_strays(self) -> bool:
-        # Deleting a log is the one irreversible thing the metadata makes a broker do, so it waits
-        # for the *active* controller's word that this broker's image reached its registration
-        # (the heartbeat's is_caught_up), as Kafka waits for the quorum's high watermark
-        # (KIP-858). The listener's own check is not enough: the controller it streams from may be
-        # a restarting one that has replayed only a prefix of the log and reports that prefix's
-        # end as committed; a broker that trusted it deleted every partition created later.
+    def _metadata_confirmed(self) -> bool:
+        # The data plane deletes stray logs and takes produce only once this holds. Deleting a
+        # log is the one irreversible thing the metadata makes a broker do, so it waits for the
+        # *active* controller's word that this broker's image reached its registration (the
+        # heartbeat's is_caught_up), as Kafka waits for the quorum's high watermark (KIP-858).
+        # The listener's own check is not enough: the controller it streams from may be a
+        # restarting one that has replayed only a prefix of the log and reports that prefix's end
+        # as committed; a broker that trusted it deleted every partition created later.
         return self.lifecycle.is_caught_up and self.listener.is_caught_up
 
     def _on_fatal(self, error: TidelogError) -> None:

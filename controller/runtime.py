@@ -24,7 +24,6 @@ import asyncio
 import bisect
 import collections
 import logging
-import os
 import random
 import threading
 import time
@@ -136,11 +135,11 @@ class ControllerRuntime:
         self.logic = ControllerLogic(
             node_id=config.node_id,
             cluster_id=cluster_id,
-            # Seeded from the OS, not the node id: the rng draws topic ids, and a fixed seed made
-            # a restarted controller draw the same ids again, so a deleted topic's id could come
-            # back for a new topic and meet the old topic's logs on a broker that missed the
-            # deletion. Simulations and unit tests pass their own seeded Random to the logic.
-            rng=random.Random(int.from_bytes(os.urandom(16), "big")),
+            # Seeded from the OS (Random()'s default), not the node id: the rng draws topic ids,
+            # and a fixed seed made a restarted controller draw the same ids again, so a deleted
+            # topic's id could come back for a new topic and meet the old topic's logs on a broker
+            # that missed the deletion. Simulations and unit tests pass their own seeded Random.
+            rng=random.Random(),
             config=LogicConfig(
                 broker_session_timeout_ms=c.broker_session_timeout_ms,
                 num_partitions=c.default_num_partitions,

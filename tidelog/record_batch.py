@@ -48,7 +48,6 @@ __all__ = [
     "checked_payload",
     "decode_batch",
     "decode_payload",
-    "decode_record_fields",
     "decode_records",
     "last_offset",
     "next_offset",
@@ -405,14 +404,10 @@ _LOG_APPEND_TIME = int(TimestampType.LOG_APPEND_TIME)
 
 
 def decode_records(batch: RecordBatch) -> list[ConsumerRecord]:
-    """Decompress and decode a batch's records (consumers). Verifies CRC and counts first."""
-    return [ConsumerRecord(*fields) for fields in decode_record_fields(batch)]
-
-
-#: A decoded record's fields, in ConsumerRecord's order: offset, timestamp_ms, timestamp_type,
-#: key, value, headers, leader_epoch.
-RecordFields = tuple[int, int, int, "bytes | None", "bytes | None",
-                     "tuple[tuple[str, bytes | None], ...]", int]
+    """Decompress and decode a batch's records. Verifies CRC, counts and offset deltas first."""
+    return [ConsumerRecord(r.offset, r.timestamp_ms, r.timestamp_type, r.key, r.value, r.headers,
+                           r.leader_epoch)
+            for r in decode_batch(batch, RecordSlots, RecordSlots)]
 
 #: One record of a ``Records`` payload as :func:`parse_records` returns it: timestamp delta, key,
 #: value (None when absent: Kafka's null), headers as (name, value or None) pairs. Its offset
@@ -488,13 +483,6 @@ def decode_batch(batch: RecordBatch, slots_cls: type[RecordSlots], record_cls: t
             f"batch declares {info.record_count} records but holds {len(records)}"
         )
     return records
-
-
-def decode_record_fields(batch: RecordBatch) -> list[RecordFields]:
-    """:func:`decode_records` as tuples. Verifies CRC, counts and offset deltas."""
-    return [(r.offset, r.timestamp_ms, r.timestamp_type, r.key, r.value, r.headers,
-             r.leader_epoch)
-            for r in decode_batch(batch, RecordSlots, RecordSlots)]
 
 
 def parse_records(payload: bytes) -> list[ParsedRecord]:

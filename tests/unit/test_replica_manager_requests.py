@@ -493,11 +493,14 @@ def test_grpc_transport_fetches_over_one_stream_and_recovers_from_a_lost_exchang
         server, port = await _serve(plane, stream=True)
         transport = GrpcReplicaTransport(lambda _id: ("127.0.0.1", port))
         try:
+            first_call = None
             for i in range(5):
                 answer = await transport.fetch(7, pb.FetchRequest(replica_id=i), timeout_s=5)
                 assert answer.error_message == str(i)
+                first_call = first_call or transport._leaders[7].call
             call = transport._leaders[7].call
             assert call is not None and transport._leaders[7].stream_supported
+            assert call is first_call, "the five fetches went over one stream"
             # A timed-out exchange closes the stream: its late answer is never read as the
             # answer of the next fetch.
             try:

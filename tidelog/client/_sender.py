@@ -157,22 +157,6 @@ class FutureRecordMetadata:
                     return
         _run_callback(fn, self)
 
-    # --- completion (the sender, on the I/O thread) --------------------------------------------
-    def _set(self, meta: RecordMetadata | None, error: BaseException | None) -> None:
-        if self._done:
-            return
-        self._meta = meta
-        self._error = error
-        with _WAITER_LOCK:
-            self._done = True
-            callbacks, self._callbacks = self._callbacks, None
-        event = self._event
-        if event is not None:
-            event.set()
-        if callbacks:
-            for fn in callbacks:
-                _run_callback(fn, self)
-
 
 def _complete_handles(handles: list[FutureRecordMetadata], tp: TopicPartition | None,
                       base_offset: int, log_append_time_ms: int,
@@ -180,8 +164,8 @@ def _complete_handles(handles: list[FutureRecordMetadata], tp: TopicPartition | 
     """Complete a batch's handles in record order: record i at ``base_offset + i`` (-1 for all
     when ``base_offset`` is negative), or every one with ``error``. Each delivery callback runs
     before its future completes; the futures complete together (one lock for the batch)."""
-    pending = [h for h in handles if not h._done]
-    for i, h in enumerate(pending):
+    pending = [(i, h) for i, h in enumerate(handles) if not h._done]
+    for i, h in pending:
         if error is None:
             h._tp = tp
             h._offset = base_offset + i if base_offset >= 0 else -1
@@ -196,7 +180,7 @@ def _complete_handles(handles: list[FutureRecordMetadata], tp: TopicPartition | 
                 log.exception("a delivery callback raised; the producer carries on")
     woken: list[FutureRecordMetadata] = []
     with _WAITER_LOCK:
-        for h in pending:
+        for _, h in pending:
             h._done = True
             if h._event is not None or h._callbacks is not None:
                 woken.append(h)
@@ -604,20 +588,6 @@ class Sender:
             if batch.reserved_bytes:
                 self._acc.deallocate(batch)
             self._cond.notify_all()
-
-
-def _resolve(handle: RecordHandle, meta: RecordMetadata | None, error: TidelogError | None) -> None:
-    """Complete one handle (the batch path is ``_complete_handles``): the delivery callback runs
-    before the future completes, so flush() returns only after the callbacks of what it flushed,
-    as in Kafka."""
-    if handle._done:
-        return
-    if handle.on_delivery is not None:
-        try:
-            handle.on_delivery(meta, error)
-        except Exception:
-            log.exception("a delivery callback raised; the producer carries on")
-    handle._set(meta, error)
 
 
 def _min_delay(a: int | None, b: int | None) -> int | None:
