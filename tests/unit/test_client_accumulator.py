@@ -118,6 +118,49 @@ def test_drain_takes_one_batch_per_partition_grouped_by_leader() -> None:
     assert len(acc.queued(TP0)) >= 1  # the rest of TP0 waits for the next drain
 
 
+def test_a_partition_in_flight_holds_its_next_batch_until_full_or_answered() -> None:
+    """Nagle's rule per partition: with linger 0 a record goes at once when nothing of its
+    partition is in flight, but behind an in-flight batch it waits (and gathers company)."""
+    acc = make(batch_size=300, linger_ms=0)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP2, rec(), 1, now_ms=0)
+    in_flight = {TP0}
+    check = acc.ready(50, leader_of, in_flight=in_flight)
+    assert check.ready_nodes == {1}  # TP2 (same leader) is not held
+    assert check.next_check_delay_ms is None  # TP0 waits for the response, not the clock
+    drained = acc.drain({1}, leader_of, now_ms=50, max_request_bytes=10**9,
+                        can_send=lambda b: True, in_flight=in_flight)
+    assert [b.tp for b in drained[1]] == [TP2]
+    assert acc.ready(50, leader_of, in_flight=in_flight).ready_nodes == frozenset()
+    # More records join the held batch; once it is full it goes, in flight or not.
+    for i in range(10):
+        acc.append(TP0, rec(), 2 + i, now_ms=60)
+    assert acc.ready(60, leader_of, in_flight=in_flight).ready_nodes == {1}
+    [full] = acc.drain({1}, leader_of, now_ms=60, max_request_bytes=10**9,
+                       can_send=lambda b: True, in_flight=in_flight)[1]
+    assert full.tp == TP0 and full.handles[0] == 0 and full.record_count > 1
+    # The answer came: the rest goes at once again.
+    assert acc.ready(60, leader_of, in_flight=set()).ready_nodes == {1}
+
+
+def test_a_held_batch_goes_when_flushing_closing_or_retried() -> None:
+    acc = make(batch_size=1_000, linger_ms=0)
+    acc.append(TP0, rec(), 0, now_ms=0)
+    in_flight = {TP0}
+    assert not acc.ready(0, leader_of, in_flight=in_flight).ready_nodes
+    acc.begin_flush()
+    assert acc.ready(0, leader_of, in_flight=in_flight).ready_nodes == {1}
+    acc.end_flush()
+    acc.set_memory_waiters(1)
+    assert acc.ready(0, leader_of, in_flight=in_flight).ready_nodes == {1}
+    acc.set_memory_waiters(0)
+    [batch] = drain_all(acc, 0)[1]
+    acc.reenqueue(batch, now_ms=0)  # a retry is never held (it is behind nothing)
+    assert acc.ready(1_000, leader_of, in_flight=in_flight).ready_nodes == {1}
+    acc.close()
+    assert acc.ready(1_000, leader_of, in_flight=in_flight).ready_nodes == {1}
+
+
 def test_drain_respects_the_request_size_but_always_sends_one() -> None:
     acc = make(batch_size=10_000, linger_ms=0)
     acc.append(TP0, rec(3_000), 0, now_ms=0)

@@ -225,6 +225,28 @@ def test_a_slow_response_is_retried_without_a_duplicate(cluster: FakeCluster,
     assert values(cluster, topic) == [b"once"]
 
 
+def test_records_behind_an_in_flight_batch_go_together(cluster: FakeCluster,
+                                                       topic: str) -> None:
+    """linger_ms=0 sends a record at once, but not a second non-full batch of the same
+    partition while one is in flight: what queues meanwhile goes in one request after it."""
+    with Producer(cluster.bootstrap, linger_ms=0, **FAST) as producer:
+        producer.send(topic, b"warm-up").result(WAIT_S)  # metadata and producer id
+        produced = cluster.count("Produce")
+        cluster.slow_next("Produce", 500)
+        first = producer.send(topic, b"first")
+        deadline = time.monotonic() + WAIT_S
+        while cluster.count("Produce") == produced:
+            assert time.monotonic() < deadline, "the first record was never sent"
+            time.sleep(0.001)
+        rest = [producer.send(topic, b"r%d" % i) for i in range(20)]
+        assert [f.result(WAIT_S).offset for f in [first, *rest]] == list(range(1, 22))
+    requests = [r for r in cluster.produce_requests if r.topics[0].name == topic]
+    counts = [parse_batch(pd.batch).record_count for r in requests for td in r.topics
+              for pd in td.partitions]
+    assert counts == [1, 1, 20]
+    assert values(cluster, topic) == [b"warm-up", b"first"] + [b"r%d" % i for i in range(20)]
+
+
 def test_a_non_retriable_error_fails_only_its_batch(cluster: FakeCluster, topic: str) -> None:
     cluster.inject("Produce", ErrorCode.INVALID_RECORD, topic=topic)
     with Producer(cluster.bootstrap, **FAST) as producer:

@@ -298,9 +298,14 @@ class RecordAccumulator(Generic[H]):
         now_ms: int,
         leader_of: Callable[[TopicPartition], int | None],
         busy_nodes: Container[int] = (),
+        in_flight: Container[TopicPartition] = (),
     ) -> ReadyCheck:
         """Leaders with a sendable batch. ``busy_nodes`` (at their in-flight limit) are skipped
-        without a time-based re-check: the sender looks again when a response frees them."""
+        without a time-based re-check: the sender looks again when a response frees them.
+
+        A partition in ``in_flight`` (a batch of it is being sent) is held back while its next
+        batch is not full, even after ``linger_ms``: records that arrive while a request is out
+        go together in the next one (see :meth:`_held`). The response wakes the sender."""
         ready: set[int] = set()
         unknown: set[str] = set()
         next_delay: int | None = None
@@ -323,6 +328,8 @@ class RecordAccumulator(Generic[H]):
                 wait_ms = self.linger_ms
                 waited = now_ms - first.created_ms
             full = len(dq) > 1 or first.is_full(self.batch_size)
+            if tp in in_flight and self._held(dq):
+                continue
             if not backing_off and (full or hurry or waited >= wait_ms):
                 ready.add(leader)
             else:
@@ -338,6 +345,7 @@ class RecordAccumulator(Generic[H]):
         now_ms: int,
         max_request_bytes: int,
         can_send: Callable[[ProducerBatch[H]], bool],
+        in_flight: Container[TopicPartition] = (),
     ) -> dict[int, list[ProducerBatch[H]]]:
         """Take at most one batch per partition for each ready leader, up to
         ``max_request_bytes`` per request (the first batch always goes). The starting partition
@@ -360,6 +368,8 @@ class RecordAccumulator(Generic[H]):
             first = dq[0]
             if self._backing_off(first, leader, now_ms):
                 continue
+            if tp in in_flight and self._held(dq):
+                continue
             if not can_send(first):
                 continue
             used = sizes.get(leader, 0)
@@ -373,6 +383,19 @@ class RecordAccumulator(Generic[H]):
             out.setdefault(leader, []).append(first)
             sizes[leader] = used + first.size_bytes
         return out
+
+    def _held(self, dq: deque[ProducerBatch[H]]) -> bool:
+        """Whether a partition with a batch in flight keeps its next one back: it does while
+        that batch is its only one, is not full and is not a retry, unless the producer is
+        closing, flushing or out of memory. This is Nagle's rule per partition: at a low rate
+        nothing is in flight and a record goes at once (``linger_ms=0``); under load records
+        coalesce into one request per round trip instead of one request each, which costs the
+        brokers far less (docs/decisions.md). Full batches are never held, so throughput is not
+        capped by the round trip."""
+        first = dq[0]
+        return (len(dq) == 1 and not first.retry and not first.is_full(self.batch_size)
+                and not (self._closed or self._flushes_in_progress > 0
+                         or self._memory_waiters > 0))
 
     def retry_backoff_of(self, batch: ProducerBatch[H]) -> int:
         """How long a retried batch waits after its last attempt (exponential, capped)."""

@@ -241,6 +241,9 @@ class Sender:
         self._wake_scheduled = False
         self._requests_in_flight: dict[int, int] = {}
         self._sent: set[ProducerBatch[RecordHandle]] = set()
+        #: Batches in flight per partition (``_sent`` by partition): a partition with one holds
+        #: its next batch until it is full or the response comes (the accumulator's ``ready``).
+        self._sent_per_tp: dict[TopicPartition, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._forced = False
@@ -356,17 +359,20 @@ class Sender:
         busy = {n for n, c in self._requests_in_flight.items() if c >= self._cfg.max_in_flight}
         with self._cond:
             expired = self._acc.expire(now)
-            check = self._acc.ready(now, snap.leader_of, busy)
+            in_flight = self._sent_per_tp
+            check = self._acc.ready(now, snap.leader_of, busy, in_flight)
             drained = {}
             if check.ready_nodes:
                 drained = self._acc.drain(
                     check.ready_nodes, snap.leader_of, now_ms=now,
                     max_request_bytes=self._cfg.max_request_size, can_send=self._idem.can_send,
+                    in_flight=in_flight,
                 )
             for batches in drained.values():
                 for batch in batches:
                     self._idem.on_drain(batch)
                     self._sent.add(batch)
+                    in_flight[batch.tp] = in_flight.get(batch.tp, 0) + 1
         for batch in expired:
             self._expire(batch, now)
         if check.unknown_leader_topics:
@@ -466,7 +472,7 @@ class Sender:
                       hint: Any) -> None:
         now = monotonic_ms()
         self._idem.on_response(batch)
-        self._sent.discard(batch)
+        self._unsend(batch)
         if hint is not None:
             self._metadata.apply_leader_hint(batch.tp, hint)
         if error.code in STALE_METADATA_CODES:
@@ -558,6 +564,16 @@ class Sender:
         return True
 
     # ------------------------------------------------------------------ completion
+    def _unsend(self, batch: ProducerBatch[RecordHandle]) -> None:
+        """The batch is no longer in flight (answered, failed or to be retried)."""
+        if batch in self._sent:
+            self._sent.remove(batch)
+            left = self._sent_per_tp[batch.tp] - 1
+            if left:
+                self._sent_per_tp[batch.tp] = left
+            else:
+                del self._sent_per_tp[batch.tp]
+
     def _fatal(self, error: TidelogError) -> None:
         if self.fatal_error is None:
             log.error("producer failed: %s", error)
@@ -571,7 +587,7 @@ class Sender:
                   log_append_time_ms: int) -> None:
         self._idem.on_response(batch)
         self._idem.on_acked(batch)
-        self._sent.discard(batch)
+        self._unsend(batch)
         known = base_offset >= 0 and self._cfg.acks != 0
         _complete_handles(batch.handles, batch.tp, base_offset if known else -1,
                           log_append_time_ms, None)
@@ -579,7 +595,7 @@ class Sender:
 
     def _fail(self, batch: ProducerBatch[RecordHandle], error: TidelogError) -> None:
         self._idem.on_response(batch)
-        self._sent.discard(batch)
+        self._unsend(batch)
         _complete_handles(batch.handles, None, -1, -1, error)
         self._release(batch)
 
