@@ -511,6 +511,7 @@ class ReplicaManager:
                     f"{p.response.base_offset} within {timeout_ms} ms (acks=all)")
             if error is not None:
                 p.response.base_offset = -1
+                p.response.appended = True  # in the log; it may yet be committed
                 self._set_error(p.response, error, p.partition.topic_id,
                                 p.partition.partition_id, "produce")
 

@@ -329,6 +329,7 @@ def test_acks_all_times_out_when_an_isr_member_does_not_fetch(base: Path) -> Non
         answer = await c.produce("t", batch(b"x"), timeout_ms=300)
         assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT, answer
         assert answer.base_offset == -1 and 0.25 < time.monotonic() - started < 2
+        assert answer.appended, "in the leader's log: a producer must not resend it as new"
         leader = c.managers[1].partition(c.controller.topic_id("t"), 0)
         assert leader is not None and leader.acks_waiting == 0, "the waiter was dropped"
     scenario(base, body)
@@ -343,7 +344,7 @@ def test_min_insync_replicas_refuses_acks_all_but_not_acks_1(base: Path) -> None
         assert c.isr("t") == (1,)
         refused = await c.produce("t", batch(b"x"), acks=-1)
         assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS, refused
-        assert c.leo(1, "t") == 0, "refused before the append"
+        assert c.leo(1, "t") == 0 and not refused.appended, "refused before the append"
         accepted = await c.produce("t", batch(b"y"), acks=1)
         assert accepted.error_code == ErrorCode.NONE and accepted.base_offset == 0
     scenario(base, body)
@@ -354,7 +355,7 @@ def test_produce_errors_carry_a_leader_hint(base: Path) -> None:
         await c.start_all()
         c.create_topic("t", [[2, 1, 3]])
         answer = await c.produce("t", batch(b"x"), broker=1)
-        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and not answer.appended
         hint = answer.current_leader
         assert (hint.leader_id, hint.leader_epoch) == (2, 0)
         assert hint.endpoint.port == 9100 + 2, "the endpoint the leader registered"

@@ -89,7 +89,7 @@ class ProduceRequest(_message.Message):
 class ProduceResponse(_message.Message):
     __slots__ = ("topics", "throttle_time_ms")
     class PartitionResponse(_message.Message):
-        __slots__ = ("partition_id", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "current_leader")
+        __slots__ = ("partition_id", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "current_leader", "appended")
         PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
         ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
         ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +97,7 @@ class ProduceResponse(_message.Message):
         LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
         LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
         CURRENT_LEADER_FIELD_NUMBER: _ClassVar[int]
+        APPENDED_FIELD_NUMBER: _ClassVar[int]
         partition_id: int
         error_code: _common_pb2.ErrorCode
         error_message: str
@@ -104,7 +105,8 @@ class ProduceResponse(_message.Message):
         log_append_time_ms: int
         log_start_offset: int
         current_leader: _common_pb2.LeaderHint
-        def __init__(self, partition_id: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., current_leader: _Optional[_Union[_common_pb2.LeaderHint, _Mapping]] = ...) -> None: ...
+        appended: bool
+        def __init__(self, partition_id: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., current_leader: _Optional[_Union[_common_pb2.LeaderHint, _Mapping]] = ..., appended: _Optional[bool] = ...) -> None: ...
     class TopicResponse(_message.Message):
         __slots__ = ("name", "partitions")
         NAME_FIELD_NUMBER: _ClassVar[int]
