@@ -9,6 +9,7 @@ client's mistake: those are error codes in the response.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -54,6 +55,20 @@ def metadata_response(image: MetadataImage, topics: list[str], *, cluster_id: st
                 partition_id=pid, leader=p.leader, leader_epoch=p.leader_epoch,
                 replicas=p.replicas, isr=p.isr, offline_replicas=offline,
                 error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE)
+    return response
+
+
+def produce_error_response(request: pb.ProduceRequest, error: Exception) -> pb.ProduceResponse:
+    """UNKNOWN_SERVER_ERROR for every partition of ``request`` (a handler bug, not the
+    client's input)."""
+    response = pb.ProduceResponse()
+    for topic in request.topics:
+        answer = response.topics.add(name=topic.name)
+        for data in topic.partitions:
+            answer.partitions.add(partition_id=data.partition_id, base_offset=-1,
+                                  log_append_time_ms=-1, log_start_offset=-1,
+                                  error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                                  error_message=f"{type(error).__name__}: {error}")
     return response
 
 
@@ -111,8 +126,60 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def Produce(self, request: pb.ProduceRequest, context: Any) -> Any:
         return await self._data("produce", request, context)
 
+    async def ProduceStream(self, requests: AsyncIterator[pb.ProduceRequest],
+                            context: Any) -> AsyncIterator[pb.ProduceResponse]:
+        """Produce over one stream (see broker.proto): each request is handled as it arrives,
+        in its own task (tasks start in arrival order, and a produce appends before its first
+        wait, so appends keep the stream's order); answers go out as they complete, with the
+        request's correlation_id. When the client ends its side, the answers still owed are
+        sent before the stream ends."""
+        plane = self.rt.data_plane
+        if plane is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                "produce is not served by this broker build")
+        answers: asyncio.Queue[pb.ProduceResponse | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+
+        async def answer(request: pb.ProduceRequest) -> None:
+            try:
+                response = await plane.handle_produce(request)
+            except Exception as e:  # a bug: answer every partition, keep the stream
+                log.exception("broker: a streamed produce failed")
+                response = produce_error_response(request, e)
+            response.correlation_id = request.correlation_id
+            answers.put_nowait(response)
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    task = loop.create_task(answer(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                while tasks:
+                    await asyncio.wait(set(tasks))
+            finally:
+                answers.put_nowait(None)
+
+        reader = loop.create_task(read())
+        try:
+            while (response := await answers.get()) is not None:
+                yield response
+            await reader  # its error, if any, ends the stream with it
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
         return await self._data("fetch", request, context)
+
+    async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
+                          context: Any) -> AsyncIterator[pb.FetchResponse]:
+        """Consumer fetches over one stream: one answer per request, in order, through the same
+        handler as the unary call."""
+        async for request in requests:
+            yield await self._data("fetch", request, context)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> Any:
         return await self._data("list_offsets", request, context)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import os
 import threading
 import time
@@ -180,12 +181,84 @@ def error_from_rpc(err: grpc.aio.AioRpcError, address: str) -> TidelogError:
     return UnknownServerError(f"{detail} ({code.name})")
 
 
+def _stream_error(err: grpc.aio.AioRpcError, address: str, method: str) -> TidelogError:
+    """:func:`error_from_rpc` for a stream, where a broker going away (GOAWAY) ends the call
+    with INTERNAL or UNKNOWN rather than UNAVAILABLE: those are a NetworkError too."""
+    code = err.code()
+    if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        return NetworkError(f"broker {address}: {method} stream broke: "
+                            f"{err.details() or code.name}")
+    return error_from_rpc(err, address)
+
+
+class _Stream:
+    """A long-lived request/answer stream to one broker: one exchange at a time."""
+
+    __slots__ = ("busy", "call", "supported")
+
+    def __init__(self) -> None:
+        self.call: Any = None
+        self.busy = False
+        self.supported = True
+
+    def close(self) -> None:
+        call, self.call = self.call, None
+        if call is not None:
+            call.cancel()
+
+
+class _Multiplexed:
+    """A long-lived stream to one broker carrying many requests at once, matched to their
+    answers by correlation id (ProduceStream)."""
+
+    __slots__ = ("call", "confirmed", "ids", "opening", "pending", "reader", "supported",
+                 "write_lock")
+
+    def __init__(self) -> None:
+        self.call: Any = None
+        self.reader: asyncio.Task[None] | None = None
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.ids = itertools.count(1)
+        self.write_lock = asyncio.Lock()
+        self.supported = True
+        #: An answer came on the current stream: the broker has the method.
+        self.confirmed = False
+        #: Done when the first request on a new stream (alone on it until then) is answered.
+        self.opening: asyncio.Future[None] | None = None
+
+    def fail_all(self, error: BaseException) -> None:
+        """The stream is gone: every request still waiting gets ``error``; the next one opens
+        a new stream."""
+        call, self.call = self.call, None
+        self.confirmed = False
+        if call is not None:
+            call.cancel()
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+class _StreamUnsupported(Exception):
+    """The broker has no such stream (UNIMPLEMENTED): nothing was handled; use unary calls."""
+
+
 class Connections:
-    """One gRPC channel per broker address, opened on first use; used on the I/O loop only."""
+    """One gRPC channel per broker address, opened on first use; used on the I/O loop only.
+
+    :meth:`exchange` sends a request over a long-lived bidirectional stream instead of a unary
+    call (a stream message costs a grpc.aio server about half the CPU of a unary RPC): one stream
+    per broker and method, one exchange on it at a time (a second concurrent caller uses the
+    unary call), answers in order. A failed, timed-out or cancelled exchange closes the stream
+    (an answer may still be on its way) and the next one opens a new stream. A broker without the
+    stream method (UNIMPLEMENTED: an older build) is asked by unary calls from then on.
+    """
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, BrokerServiceStub] = {}
+        self._streams: dict[tuple[str, str], _Stream] = {}
+        self._muxes: dict[tuple[str, str], _Multiplexed] = {}
         self._closed = False
 
     def stub(self, address: str) -> BrokerServiceStub:
@@ -218,8 +291,171 @@ class Connections:
         except grpc.aio.AioRpcError as e:
             raise error_from_rpc(e, address) from None
 
+    async def exchange(self, address: str, method: str, request: Any, *,
+                       timeout_ms: int) -> Any:
+        """:meth:`call` of ``method`` over its stream (``<method>Stream``; see the class doc)."""
+        key = (address, method)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        if not stream.supported or stream.busy:
+            return await self.call(address, method, request, timeout_ms=timeout_ms)
+        stream.busy = True
+        ok = False
+        try:
+            call = stream.call
+            if call is None:
+                call = stream.call = getattr(self.stub(address), method + "Stream")()
+            try:
+                async with asyncio.timeout(max(timeout_ms, 1) / 1000):
+                    await call.write(request)
+                    response = await call.read()
+            except TimeoutError:
+                raise RequestTimedOutError(
+                    f"broker {address}: no answer to {method} within {timeout_ms} ms") from None
+            except asyncio.InvalidStateError as e:  # the stream ended under us
+                raise NetworkError(f"broker {address}: {method} stream ended: {e}") from None
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise _stream_error(e, address, method) from None
+                stream.supported = False
+                stream.close()
+                return await self.call(address, method, request, timeout_ms=timeout_ms)
+            if response is grpc.aio.EOF:  # ended with OK: the broker is stopping
+                raise NetworkError(f"broker {address} ended the {method} stream")
+            ok = True
+            return response
+        finally:
+            stream.busy = False
+            if not ok and stream.call is not None:
+                stream.close()
+
+    async def multiplex(self, address: str, method: str, request: Any, *,
+                        timeout_ms: int) -> Any:
+        """:meth:`call` of ``method`` over its multiplexed stream (``<method>Stream``): many
+        requests in flight on one stream, written in call order (so the broker sees them in
+        that order, as on a Kafka connection) and matched to their answers by the
+        ``correlation_id`` field this sets on ``request``. A request without an answer within
+        ``timeout_ms`` fails alone (RequestTimedOutError; a late answer is dropped); a broken
+        stream fails every request on it (NetworkError) and the next call opens a new one. A
+        broker without the stream is asked by unary calls from then on."""
+        key = (address, method)
+        mux = self._muxes.get(key)
+        if mux is None:
+            mux = self._muxes[key] = _Multiplexed()
+        if not mux.supported:
+            return await self.call(address, method, request, timeout_ms=timeout_ms)
+        try:
+            async with asyncio.timeout(max(timeout_ms, 1) / 1000):
+                return await self._multiplexed(mux, address, method, request)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"broker {address}: no answer to {method} within {timeout_ms} ms") from None
+        except _StreamUnsupported:
+            return await self.call(address, method, request, timeout_ms=timeout_ms)
+
+    async def _multiplexed(self, mux: _Multiplexed, address: str, method: str,
+                           request: Any) -> Any:
+        # The first request on a new stream goes alone: a broker without the method ends the
+        # stream at once (UNIMPLEMENTED, or INTERNAL when more was written after), and only
+        # then is it safe to resend what was on it by unary calls.
+        while mux.supported and not mux.confirmed and mux.opening is not None:
+            await asyncio.shield(mux.opening)
+        if not mux.supported:
+            raise _StreamUnsupported()
+        opener = not mux.confirmed
+        if opener:
+            mux.opening = asyncio.get_running_loop().create_future()
+        correlation_id = next(mux.ids)
+        request.correlation_id = correlation_id
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        mux.pending[correlation_id] = future
+        try:
+            await self._write(mux, address, method, request)
+            return await future
+        finally:
+            mux.pending.pop(correlation_id, None)
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # seen, even when the write failed first
+            if opener:
+                opening, mux.opening = mux.opening, None
+                if opening is not None and not opening.done():
+                    opening.set_result(None)
+
+    async def _write(self, mux: _Multiplexed, address: str, method: str, request: Any) -> None:
+        """Write ``request`` on the stream (opened if needed), one writer at a time. A write
+        that fails or is cut short (timeout, cancellation: half a message may be out) ends the
+        stream for every request on it."""
+        async with mux.write_lock:
+            if not mux.supported:
+                raise _StreamUnsupported()
+            call = mux.call
+            if call is None:
+                call = mux.call = getattr(self.stub(address), method + "Stream")()
+                mux.reader = asyncio.get_running_loop().create_task(
+                    self._read_answers(mux, call, address, method))
+            try:
+                await call.write(request)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
+                # The stream ended under us; its status says why.
+                code = e.code() if isinstance(e, grpc.aio.AioRpcError) else await call.code()
+                if code == grpc.StatusCode.UNIMPLEMENTED:
+                    mux.supported = False
+                    mux.fail_all(_StreamUnsupported())
+                    raise _StreamUnsupported() from None
+                error = (_stream_error(e, address, method)
+                         if isinstance(e, grpc.aio.AioRpcError) else
+                         NetworkError(f"broker {address}: {method} stream ended ({code.name})"))
+                if mux.call is call:
+                    mux.fail_all(error)
+                raise error from None
+            except BaseException as e:
+                if mux.call is call:
+                    mux.fail_all(NetworkError(f"broker {address}: {method} stream write cut "
+                                              f"short ({type(e).__name__})"))
+                raise
+
+    async def _read_answers(self, mux: _Multiplexed, call: Any, address: str,
+                            method: str) -> None:
+        """Hand each answer on ``call`` to its request's future, until the stream ends."""
+        error: BaseException
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    error = NetworkError(f"broker {address} ended the {method} stream")
+                    break
+                mux.confirmed = True
+                future = mux.pending.get(response.correlation_id)
+                if future is not None and not future.done():
+                    future.set_result(response)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                mux.supported = False
+                error = _StreamUnsupported()
+            else:
+                error = _stream_error(e, address, method)
+        except asyncio.CancelledError:
+            error = NetworkError(f"{method} stream to broker {address} closed")
+        except Exception as e:  # whatever broke the stream fails its requests
+            error = NetworkError(f"broker {address}: {method} stream failed: {e!r}")
+        if mux.call is call:
+            mux.fail_all(error)
+
     async def close(self) -> None:
         self._closed = True
+        streams = list(self._streams.values())
+        self._streams.clear()
+        for stream in streams:
+            stream.close()
+        muxes = list(self._muxes.values())
+        self._muxes.clear()
+        for mux in muxes:
+            mux.fail_all(NetworkError("the client is closed"))
+            if mux.reader is not None:
+                mux.reader.cancel()
         channels = list(self._channels.values())
         self._channels.clear()
         self._stubs.clear()

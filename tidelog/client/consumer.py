@@ -388,7 +388,7 @@ class Consumer:
                      parts: dict[TopicPartition, int]) -> None:
         event: _FetchDone
         try:
-            resp = await self._conns.call(
+            resp = await self._conns.exchange(
                 address, "Fetch", request,
                 timeout_ms=self._fetch_max_wait_ms + self._request_timeout_ms,
             )

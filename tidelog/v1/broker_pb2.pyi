@@ -63,7 +63,7 @@ class MetadataResponse(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[_common_pb2.BrokerInfo, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "topics")
+    __slots__ = ("acks", "timeout_ms", "topics", "correlation_id")
     class PartitionData(_message.Message):
         __slots__ = ("partition_id", "batch")
         PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -81,13 +81,15 @@ class ProduceRequest(_message.Message):
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     acks: int
     timeout_ms: int
     topics: _containers.RepeatedCompositeFieldContainer[ProduceRequest.TopicData]
-    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[ProduceRequest.TopicData, _Mapping]]] = ...) -> None: ...
+    correlation_id: int
+    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[ProduceRequest.TopicData, _Mapping]]] = ..., correlation_id: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("topics", "throttle_time_ms")
+    __slots__ = ("topics", "throttle_time_ms", "correlation_id")
     class PartitionResponse(_message.Message):
         __slots__ = ("partition_id", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "current_leader", "appended")
         PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -116,9 +118,11 @@ class ProduceResponse(_message.Message):
         def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ProduceResponse.PartitionResponse, _Mapping]]] = ...) -> None: ...
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[ProduceResponse.TopicResponse]
     throttle_time_ms: int
-    def __init__(self, topics: _Optional[_Iterable[_Union[ProduceResponse.TopicResponse, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
+    correlation_id: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[ProduceResponse.TopicResponse, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ..., correlation_id: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "topics")
