@@ -177,6 +177,14 @@ _TAG_VALUE = b"\x22"  # Record.value = 4
 _TAG_HEADER = b"\x2a"  # Record.headers = 5
 _TAG_HEADER_KEY = b"\x0a"  # Header.key = 1
 _TAG_HEADER_VALUE = b"\x12"  # Header.value = 2
+#: Whole fields for the common values: offset_delta (the record's index), and timestamp_delta
+#: (milliseconds since the batch's first record: usually a few).
+_OFFSET_DELTA_TABLE_SIZE = 4096
+_OFFSET_DELTA_FIELDS: list[bytes] = [_TAG_OFFSET_DELTA + v
+                                     for v in _VARINTS[:_OFFSET_DELTA_TABLE_SIZE]]
+_TIMESTAMP_DELTA_TABLE_SIZE = 0x80
+_TIMESTAMP_DELTA_FIELDS: list[bytes] = [_TAG_TIMESTAMP_DELTA + v
+                                        for v in _VARINTS[:_TIMESTAMP_DELTA_TABLE_SIZE]]
 
 
 def _varint(n: int) -> bytes:
@@ -222,10 +230,12 @@ class RecordsBuilder:
     negative timestamp or too many headers, before anything is written.
     """
 
-    __slots__ = ("_buf", "count", "first_timestamp", "max_timestamp")
+    __slots__ = ("_records", "count", "first_timestamp", "max_timestamp")
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        # Each record's encoding, joined by build(): a list append is cheaper per record than
+        # growing a bytearray (which reallocates and copies as the batch grows).
+        self._records: list[bytes] = []
         self.count = 0
         self.first_timestamp = 0
         self.max_timestamp = 0
@@ -233,26 +243,30 @@ class RecordsBuilder:
     @property
     def size_bytes(self) -> int:
         """Bytes of the encoded (uncompressed) payload so far."""
-        return len(self._buf)
+        return sum(map(len, self._records))
 
     def append(self, key: bytes | None, value: bytes | None,
                headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int) -> None:
         """Encode one record (``bytes`` key/value, or None for null)."""
-        # The producer's hot path: one formatted write per record, varints from a table.
+        # The producer's hot path: one formatted bytes object per record; the offset-delta and
+        # small timestamp-delta fields come whole from tables.
         count = self.count
-        if timestamp_ms < 0:
-            raise InvalidRecordError(f"record {count} has a negative timestamp {timestamp_ms}")
         tail = _encode_headers(headers, count) if headers else b""
         if count:
             delta = timestamp_ms - self.first_timestamp
-            if timestamp_ms > self.max_timestamp:
-                self.max_timestamp = timestamp_ms
-            offset_delta = _VARINTS[count] if count < _VARINT_TABLE_SIZE else _varint(count)
+            head = (_OFFSET_DELTA_FIELDS[count] if count < _OFFSET_DELTA_TABLE_SIZE
+                    else _TAG_OFFSET_DELTA + _varint(count))
             if delta:
-                head = b"\x08%b\x10%b" % (offset_delta, _varint(delta))
-            else:
-                head = _TAG_OFFSET_DELTA + offset_delta
+                if timestamp_ms > self.max_timestamp:
+                    self.max_timestamp = timestamp_ms
+                elif timestamp_ms < 0:
+                    raise InvalidRecordError(
+                        f"record {count} has a negative timestamp {timestamp_ms}")
+                head += (_TIMESTAMP_DELTA_FIELDS[delta] if 0 < delta < _TIMESTAMP_DELTA_TABLE_SIZE
+                         else _TAG_TIMESTAMP_DELTA + _varint(delta))
         else:
+            if timestamp_ms < 0:
+                raise InvalidRecordError(f"record {count} has a negative timestamp {timestamp_ms}")
             self.first_timestamp = self.max_timestamp = timestamp_ms
             head = b""
         if key is not None:
@@ -262,13 +276,13 @@ class RecordsBuilder:
             n = len(value)
             length = _VARINTS[n] if n < _VARINT_TABLE_SIZE else _varint(n)
             size = len(head) + 1 + len(length) + n + len(tail)
-            self._buf += b"\x0a%b%b\x22%b%b%b" % (
+            self._records.append(b"\x0a%b%b\x22%b%b%b" % (
                 _VARINTS[size] if size < _VARINT_TABLE_SIZE else _varint(size),
-                head, length, value, tail)
+                head, length, value, tail))
         else:
             size = len(head) + len(tail)
-            self._buf += b"\x0a%b%b%b" % (
-                _VARINTS[size] if size < _VARINT_TABLE_SIZE else _varint(size), head, tail)
+            self._records.append(b"\x0a%b%b%b" % (
+                _VARINTS[size] if size < _VARINT_TABLE_SIZE else _varint(size), head, tail))
         self.count = count + 1
 
     def build(
@@ -291,7 +305,8 @@ class RecordsBuilder:
         if count > limits.BATCH_RECORDS_MAX:
             raise InvalidRecordError(
                 f"batch has {count} records (limit {limits.BATCH_RECORDS_MAX})")
-        payload = bytes(self._buf)
+        payload = b"".join(self._records)
+        records = compress(compression, payload)
         batch = RecordBatch(
             producer_id=producer_id,
             producer_epoch=producer_epoch,
@@ -302,9 +317,9 @@ class RecordsBuilder:
             compression=compression,  # type: ignore[arg-type]
             timestamp_type=TimestampType.CREATE_TIME,
             uncompressed_size=len(payload),
-            records=compress(compression, payload),
+            records=records,
         )
-        batch.crc = batch_crc(batch)
+        batch.crc = _crc(batch, records)  # not batch_crc: reading batch.records copies them
         data: bytes = batch.SerializeToString()
         if len(data) > max_bytes:
             raise MessageTooLargeError(

@@ -38,14 +38,15 @@ def rec(size: int = 10) -> NewRecord:
     return NewRecord(key=None, value=b"x" * size, timestamp_ms=0)
 
 
-def make(**kw: int) -> RecordAccumulator[int]:
+def make(**kw: int) -> RecordAccumulator[object]:
     args = dict(batch_size=200, linger_ms=10, buffer_memory=10_000, retry_backoff_ms=100,
                 delivery_timeout_ms=10_000)
     args.update(kw)
-    return RecordAccumulator(**args)
+    return RecordAccumulator(new_result=object, **args)
 
 
-def drain_all(acc: RecordAccumulator[int], now: int) -> dict[int, list[ProducerBatch[int]]]:
+def drain_all(acc: RecordAccumulator[object],
+              now: int) -> dict[int, list[ProducerBatch[object]]]:
     return acc.drain({1, 2}, leader_of, now_ms=now, max_request_bytes=10**9,
                      can_send=lambda b: True)
 
@@ -54,26 +55,27 @@ def test_records_share_a_batch_until_batch_size() -> None:
     acc = make()
     size = estimate_record_bytes(rec())
     per_batch = (200 - BATCH_OVERHEAD_BYTES) // size
-    results = [acc.append(TP0, rec(), i, now_ms=0) for i in range(per_batch + 1)]
-    assert results[0].new_batch and not results[1].new_batch
-    assert results[per_batch].new_batch and results[per_batch].batch_full
+    appended_to = [acc.append(TP0, rec(), now_ms=0) for _ in range(per_batch + 1)]
     batches = acc.queued(TP0)
     assert [b.record_count for b in batches] == [per_batch, 1]
-    assert batches[0].handles == list(range(per_batch))
+    # Each append returns the batch the record went into (as its last record).
+    assert appended_to == [batches[0]] * per_batch + [batches[1]]
+    assert batches[0].result is not batches[1].result  # each batch has its own result
+    assert batches[0].size_bytes == BATCH_OVERHEAD_BYTES + size * per_batch
     assert acc.buffer_used_bytes == size * (per_batch + 1)
 
 
 def test_a_record_larger_than_batch_size_gets_its_own_batch() -> None:
     acc = make(batch_size=50)
-    acc.append(TP0, rec(5), 0, now_ms=0)
-    result = acc.append(TP0, rec(500), 1, now_ms=0)
-    assert result.new_batch and result.batch_full
-    assert [b.record_count for b in acc.queued(TP0)] == [1, 1]
+    first = acc.append(TP0, rec(5), now_ms=0)
+    big = acc.append(TP0, rec(500), now_ms=0)
+    assert big is not first and big.record_count == 1 and big.size_bytes >= 50
+    assert acc.queued(TP0) == [first, big]
 
 
 def test_ready_after_linger_and_not_before() -> None:
     acc = make(linger_ms=10)
-    acc.append(TP0, rec(), 0, now_ms=100)
+    acc.append(TP0, rec(), now_ms=100)
     early = acc.ready(105, leader_of)
     assert early.ready_nodes == frozenset() and early.next_check_delay_ms == 5
     assert acc.ready(110, leader_of).ready_nodes == {1}
@@ -81,7 +83,7 @@ def test_ready_after_linger_and_not_before() -> None:
 
 def test_full_batches_flush_close_and_memory_waiters_make_ready_at_once() -> None:
     acc = make(linger_ms=1_000)
-    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
     assert not acc.ready(0, leader_of).ready_nodes
     acc.begin_flush()
     assert acc.ready(0, leader_of).ready_nodes == {1}
@@ -92,13 +94,13 @@ def test_full_batches_flush_close_and_memory_waiters_make_ready_at_once() -> Non
     acc.close()
     assert acc.ready(0, leader_of).ready_nodes == {1}
     with pytest.raises(RuntimeError):
-        acc.append(TP0, rec(), 1, now_ms=0)
+        acc.append(TP0, rec(), now_ms=0)
 
 
 def test_unknown_leaders_are_reported_and_busy_leaders_skipped() -> None:
     acc = make(linger_ms=0)
-    acc.append(TopicPartition("other", 0), rec(), 0, now_ms=0)
-    acc.append(TP1, rec(), 1, now_ms=0)
+    acc.append(TopicPartition("other", 0), rec(), now_ms=0)
+    acc.append(TP1, rec(), now_ms=0)
     check = acc.ready(0, leader_of, busy_nodes={2})
     assert check.unknown_leader_topics == {"other"}
     assert check.ready_nodes == frozenset()
@@ -107,10 +109,10 @@ def test_unknown_leaders_are_reported_and_busy_leaders_skipped() -> None:
 
 def test_drain_takes_one_batch_per_partition_grouped_by_leader() -> None:
     acc = make(batch_size=100, linger_ms=0)
-    for i in range(6):
-        acc.append(TP0, rec(30), i, now_ms=0)
-    acc.append(TP1, rec(), 10, now_ms=0)
-    acc.append(TP2, rec(), 20, now_ms=0)
+    for _ in range(6):
+        acc.append(TP0, rec(30), now_ms=0)
+    acc.append(TP1, rec(), now_ms=0)
+    acc.append(TP2, rec(), now_ms=0)
     drained = drain_all(acc, 0)
     assert sorted(b.tp for b in drained[1]) == [TP0, TP2]
     assert [b.tp for b in drained[2]] == [TP1]
@@ -122,8 +124,8 @@ def test_a_partition_in_flight_holds_its_next_batch_until_full_or_answered() -> 
     """Nagle's rule per partition: with linger 0 a record goes at once when nothing of its
     partition is in flight, but behind an in-flight batch it waits (and gathers company)."""
     acc = make(batch_size=300, linger_ms=0)
-    acc.append(TP0, rec(), 0, now_ms=0)
-    acc.append(TP2, rec(), 1, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
+    acc.append(TP2, rec(), now_ms=0)
     in_flight = {TP0}
     check = acc.ready(50, leader_of, in_flight=in_flight)
     assert check.ready_nodes == {1}  # TP2 (same leader) is not held
@@ -133,19 +135,19 @@ def test_a_partition_in_flight_holds_its_next_batch_until_full_or_answered() -> 
     assert [b.tp for b in drained[1]] == [TP2]
     assert acc.ready(50, leader_of, in_flight=in_flight).ready_nodes == frozenset()
     # More records join the held batch; once it is full it goes, in flight or not.
-    for i in range(10):
-        acc.append(TP0, rec(), 2 + i, now_ms=60)
+    for _ in range(10):
+        acc.append(TP0, rec(), now_ms=60)
     assert acc.ready(60, leader_of, in_flight=in_flight).ready_nodes == {1}
     [full] = acc.drain({1}, leader_of, now_ms=60, max_request_bytes=10**9,
                        can_send=lambda b: True, in_flight=in_flight)[1]
-    assert full.tp == TP0 and full.handles[0] == 0 and full.record_count > 1
+    assert full.tp == TP0 and full.record_count > 1
     # The answer came: the rest goes at once again.
     assert acc.ready(60, leader_of, in_flight=set()).ready_nodes == {1}
 
 
 def test_a_held_batch_goes_when_flushing_closing_or_retried() -> None:
     acc = make(batch_size=1_000, linger_ms=0)
-    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
     in_flight = {TP0}
     assert not acc.ready(0, leader_of, in_flight=in_flight).ready_nodes
     acc.begin_flush()
@@ -163,8 +165,8 @@ def test_a_held_batch_goes_when_flushing_closing_or_retried() -> None:
 
 def test_drain_respects_the_request_size_but_always_sends_one() -> None:
     acc = make(batch_size=10_000, linger_ms=0)
-    acc.append(TP0, rec(3_000), 0, now_ms=0)
-    acc.append(TP2, rec(3_000), 1, now_ms=0)
+    acc.append(TP0, rec(3_000), now_ms=0)
+    acc.append(TP2, rec(3_000), now_ms=0)
     drained = acc.drain({1}, leader_of, now_ms=0, max_request_bytes=1_000,
                         can_send=lambda b: True)
     assert len(drained[1]) == 1
@@ -172,9 +174,9 @@ def test_drain_respects_the_request_size_but_always_sends_one() -> None:
 
 def test_drain_skips_what_can_send_refuses_and_backing_off_retries() -> None:
     acc = make(linger_ms=0, retry_backoff_ms=100)
-    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
     assert drain_all(acc, 0).get(1)
-    acc.append(TP2, rec(), 1, now_ms=0)
+    acc.append(TP2, rec(), now_ms=0)
     assert acc.drain({1}, leader_of, now_ms=0, max_request_bytes=10**9,
                      can_send=lambda b: False) == {}
     [batch] = drain_all(acc, 0)[1]
@@ -188,7 +190,7 @@ def test_drain_skips_what_can_send_refuses_and_backing_off_retries() -> None:
 
 def test_retry_backoff_doubles_up_to_its_cap() -> None:
     acc = make(linger_ms=0, retry_backoff_ms=100, retry_backoff_max_ms=350)
-    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
     now = 0
     waits = []
     for _ in range(4):
@@ -202,7 +204,7 @@ def test_retry_backoff_doubles_up_to_its_cap() -> None:
 def test_a_new_leader_is_tried_without_backoff() -> None:
     leaders = dict(LEADERS)
     acc = make(linger_ms=0, retry_backoff_ms=1_000)
-    acc.append(TP0, rec(), 0, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
     [batch] = acc.drain({1}, leaders.get, now_ms=0, max_request_bytes=10**9,
                         can_send=lambda b: True)[1]
     acc.reenqueue(batch, now_ms=0)  # NOT_LEADER_OR_FOLLOWER from broker 1
@@ -218,23 +220,24 @@ def test_reenqueue_keeps_sequence_order_ahead_of_new_batches() -> None:
     acc = make(linger_ms=0)
     batches = []
     for seq in (0, 10, 20):
-        b: ProducerBatch[int] = ProducerBatch(tp=TP0, created_ms=0, records=[rec()] * 10)
+        b: ProducerBatch[object] = ProducerBatch(tp=TP0, created_ms=0, result=None,
+                                                 records=[rec()] * 10)
         b.stamp(producer_id=1, producer_epoch=0, base_sequence=seq)
         batches.append(b)
-    acc.append(TP0, rec(), 99, now_ms=0)  # a new, unsequenced batch
+    new = acc.append(TP0, rec(), now_ms=0)  # a new, unsequenced batch
     for b in (batches[2], batches[0], batches[1]):
         acc.reenqueue(b, now_ms=0)
     queued = acc.queued(TP0)
     assert [b.base_sequence for b in queued[:3]] == [0, 10, 20]
-    assert not queued[3].has_sequence
-    # The new record does not join a retried batch.
-    assert acc.append(TP0, rec(), 100, now_ms=0).new_batch is False
+    assert queued[3] is new and not new.has_sequence
+    # A new record joins the open batch behind them, not a retried one.
+    assert acc.append(TP0, rec(), now_ms=0) is new and new.record_count == 2
 
 
 def test_expire_removes_old_batches_only() -> None:
     acc = make(delivery_timeout_ms=1_000)
-    acc.append(TP0, rec(), 0, now_ms=0)
-    acc.append(TP1, rec(), 1, now_ms=500)
+    acc.append(TP0, rec(), now_ms=0)
+    acc.append(TP1, rec(), now_ms=500)
     expired = acc.expire(1_000)
     assert [b.tp for b in expired] == [TP0]
     assert acc.queued(TP0) == [] and len(acc.queued(TP1)) == 1
@@ -244,33 +247,51 @@ def test_buffer_memory_bounds_appends_and_deallocate_returns_it() -> None:
     acc = make(buffer_memory=100, linger_ms=0)
     size = estimate_record_bytes(rec(30))
     assert acc.has_room(size)
-    acc.append(TP0, rec(30), 0, now_ms=0)
-    acc.append(TP0, rec(30), 1, now_ms=0)
+    acc.append(TP0, rec(30), now_ms=0)
+    acc.append(TP0, rec(30), now_ms=0)
     assert not acc.has_room(size)
     [batch] = drain_all(acc, 0)[1]
     assert not acc.has_room(size)  # in flight still holds its memory
+    batch.payload = b"built"
     acc.deallocate(batch)
     assert acc.buffer_used_bytes == 0 and acc.has_room(size)
+    assert batch.payload is None and batch.record_count == 0  # records freed too
 
 
-def test_abort_on_new_batch_lets_the_sticky_partitioner_move() -> None:
+def test_append_to_never_opens_a_batch_so_the_sticky_partitioner_can_move() -> None:
     acc = make(batch_size=300)
-    assert acc.append(TP0, rec(), 0, now_ms=0, abort_on_new_batch=True).aborted_for_new_batch
-    acc.append(TP0, rec(), 0, now_ms=0)
-    assert acc.append(TP0, rec(), 1, now_ms=0, abort_on_new_batch=True).appended
-    for i in range(10):
-        result = acc.append(TP0, rec(), i, now_ms=0, abort_on_new_batch=True)
-        if not result.appended:
-            assert result.aborted_for_new_batch
-            break
+    size = estimate_record_bytes(rec())
+    assert acc.open_batch(TP0) is None  # no batch yet
+    batch = acc.append(TP0, rec(), now_ms=0)
+    assert acc.open_batch(TP0) is batch
+    for _ in range(10):
+        if not acc.append_to(batch, None, b"x" * 10, (), 0, size):
+            break  # full: nothing appended, no new batch
     else:
         pytest.fail("the batch never filled")
+    assert acc.queued(TP0) == [batch] and batch.size_bytes + size > 300
+    assert acc.buffer_used_bytes == size * batch.record_count
+    assert acc.open_batch(TP0) is batch  # still open to smaller records
+    [drained] = drain_all(acc, 0)[1]
+    assert drained is batch and acc.open_batch(TP0) is None
+    assert not acc.append_to(batch, None, b"x", (), 0, size)  # drained: closed
+
+
+def test_a_new_batch_closes_the_one_before_it() -> None:
+    """Only a partition's last batch takes appends, so a record never lands ahead of records
+    already in a newer batch (the producer's fast path appends to a batch it remembers)."""
+    acc = make(batch_size=100)
+    first = acc.append(TP0, rec(30), now_ms=0)
+    big = acc.append(TP0, rec(200), now_ms=0)  # does not fit: a batch of its own
+    assert first.closed and not big.closed and acc.open_batch(TP0) is big
+    assert not acc.append_to(first, None, b"x", (), 0, estimate_record_bytes(rec(1)))
+    assert first.record_count == 1
 
 
 def test_abort_all_and_remove() -> None:
     acc = make()
-    acc.append(TP0, rec(), 0, now_ms=0)
-    acc.append(TP1, rec(), 1, now_ms=0)
+    acc.append(TP0, rec(), now_ms=0)
+    acc.append(TP1, rec(), now_ms=0)
     [b0] = acc.queued(TP0)
     assert acc.remove(b0) and not acc.remove(b0)
     assert [b.tp for b in acc.abort_all()] == [TP1]
@@ -285,8 +306,8 @@ def test_config_is_checked() -> None:
 
 
 # ---------------------------------------------------------------------------- idempotence
-def batch(tp: TopicPartition = TP0, n: int = 5) -> ProducerBatch[int]:
-    return ProducerBatch(tp=tp, created_ms=0, records=[rec()] * n)
+def batch(tp: TopicPartition = TP0, n: int = 5) -> ProducerBatch[object]:
+    return ProducerBatch(tp=tp, created_ms=0, result=None, records=[rec()] * n)
 
 
 def test_sequences_are_stamped_on_first_drain_per_partition() -> None:

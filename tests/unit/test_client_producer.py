@@ -12,6 +12,7 @@ order), which errors come back typed with their code. Waits are on futures and e
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Iterator
 
@@ -130,6 +131,47 @@ def test_callbacks_run_before_flush_returns(cluster: FakeCluster, topic: str) ->
             producer.send(topic, b"%d" % i, on_delivery=lambda m, e: outcomes.append((m, e)))
         producer.flush(WAIT_S * 1000)
         assert [m.offset for m, e in outcomes if m is not None and e is None] == list(range(10))
+
+
+def test_a_batch_completes_its_records_in_order(cluster: FakeCluster, topic: str) -> None:
+    """Delivery callbacks first, in record order, then the futures, whose done callbacks also
+    run in record order (whatever order they were added in)."""
+    events: list[tuple[str, int]] = []
+    with Producer(cluster.bootstrap, linger_ms=5_000, **FAST) as producer:
+        futures = [producer.send(topic, b"%d" % i,
+                                 on_delivery=lambda m, e: events.append(("delivery", m.offset)))
+                   for i in range(5)]
+        for f in reversed(futures):
+            f.add_done_callback(lambda f: events.append(("done", f.result(0).offset)))
+        assert not any(f.done() for f in futures)
+        producer.flush(WAIT_S * 1000)
+    assert events == [("delivery", i) for i in range(5)] + [("done", i) for i in range(5)]
+
+
+def test_a_future_without_callbacks_is_not_kept_by_its_batch(cluster: FakeCluster,
+                                                             topic: str) -> None:
+    """A batch keeps nothing per record for the caller, so a future that is dropped is freed at
+    once (no garbage-collector work per record while batches wait)."""
+    with Producer(cluster.bootstrap, linger_ms=5_000, **FAST) as producer:
+        producer.send(topic, b"first")
+        future = producer.send(topic, b"second")
+        assert sys.getrefcount(future) == 2  # ``future`` and the argument
+        producer.flush(WAIT_S * 1000)
+        assert future.result(0).offset == 1
+
+
+def test_a_keyless_record_never_lands_ahead_of_newer_records(cluster: FakeCluster,
+                                                             topic: str) -> None:
+    """send() appends a keyless record to the batch the last one went to; once a record with a
+    key or a partition has opened a newer batch on that partition, it goes there instead."""
+    with Producer(cluster.bootstrap, batch_size=300, linger_ms=5_000, **FAST) as producer:
+        producer.send(topic, b"a")
+        producer.send(topic, b"B" * 250, partition=0)  # does not fit: a batch of its own
+        producer.send(topic, b"c")
+        producer.send(topic, b"d", key=b"k")
+        producer.send(topic, b"e")
+        producer.flush(WAIT_S * 1000)
+    assert values(cluster, topic) == [b"a", b"B" * 250, b"c", b"d", b"e"]
 
 
 def test_a_raising_callback_does_not_stop_the_producer(cluster: FakeCluster, topic: str) -> None:

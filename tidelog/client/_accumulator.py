@@ -6,7 +6,8 @@ request (``drain``), puts failed batches back in sequence order (``reenqueue``),
 memory when they are done (``deallocate``). It follows Kafka's ``RecordAccumulator``:
 
 * A partition's last batch stays open for appends until it reaches ``batch_size`` bytes or is
-  drained. A record larger than ``batch_size`` gets a batch of its own.
+  drained. A record larger than ``batch_size`` gets a batch of its own. Every batch has a
+  ``result`` (made by ``new_result``) that the producer's futures of its records share.
 * A partition is *ready* when its first batch is full, has waited ``linger_ms``, a flush or close
   is in progress, or someone is blocked waiting for buffer memory; a retried batch waits
   after its last attempt instead: ``retry_backoff_ms``, doubling per attempt up to
@@ -32,7 +33,6 @@ from tidelog.client.records import TopicPartition
 from tidelog.record_batch import NewRecord, RecordsBuilder
 
 __all__ = [
-    "AppendResult",
     "ProducerBatch",
     "ReadyCheck",
     "RecordAccumulator",
@@ -48,6 +48,7 @@ RECORD_OVERHEAD_BYTES = 16
 HEADER_OVERHEAD_BYTES = 4
 #: The RecordBatch header fields around the payload.
 BATCH_OVERHEAD_BYTES = 72
+_BATCH_RECORDS_MAX = limits.BATCH_RECORDS_MAX
 
 
 def estimate_bytes(key: bytes | None, value: bytes | None,
@@ -73,17 +74,18 @@ def estimate_record_bytes(record: NewRecord) -> int:
 class ProducerBatch(Generic[H]):
     """Records bound for one partition, sent (and retried) as one RecordBatch.
 
-    ``handles`` are whatever the producer needs to complete each record (its future); this module
-    never looks inside them. Records are encoded into ``builder`` as they are appended (``records``
-    only seeds a batch built by hand, as tests do). The producer id, epoch and base sequence are
-    stamped when the batch is first drained, and ``payload`` caches the built bytes so a retry
-    sends exactly the same batch.
+    ``result`` is whatever the producer needs to complete the batch's records (the object their
+    futures share, made by the accumulator's ``new_result``); this module never looks inside it.
+    Records are encoded into ``builder`` as they are appended (``records`` only seeds a batch
+    built by hand, as tests do). The producer id, epoch and base sequence are stamped when the
+    batch is first drained, and ``payload`` caches the built bytes so a retry sends exactly the
+    same batch.
     """
 
     tp: TopicPartition
     created_ms: int
+    result: H
     records: InitVar[Iterable[NewRecord] | None] = None
-    handles: list[H] = field(default_factory=list)
     builder: RecordsBuilder = field(default_factory=RecordsBuilder)
     size_bytes: int = BATCH_OVERHEAD_BYTES
     reserved_bytes: int = 0
@@ -131,44 +133,8 @@ class ProducerBatch(Generic[H]):
         self.producer_id = self.producer_epoch = self.base_sequence = -1
         self.payload = None
 
-    def try_append(self, key: bytes | None, value: bytes | None,
-                   headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int, size: int,
-                   handle: H, *, batch_size: int) -> bool:
-        """Append (encode) unless the batch is closed or would pass ``batch_size`` (the first
-        record of a batch always fits, so a record larger than ``batch_size`` gets a batch of its
-        own). InvalidRecordError (bad timestamp or headers) leaves the batch unchanged."""
-        count = self.builder.count
-        if self.closed or count >= limits.BATCH_RECORDS_MAX:
-            return False
-        if count and self.size_bytes + size > batch_size:
-            return False
-        self.builder.append(key, value, headers, timestamp_ms)
-        self.handles.append(handle)
-        self.size_bytes += size
-        self.reserved_bytes += size
-        return True
-
     def is_full(self, batch_size: int) -> bool:
         return self.closed or self.size_bytes >= batch_size
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """What an append did: the producer wakes the sender when a batch is new or full."""
-
-    appended: bool
-    new_batch: bool = False
-    batch_full: bool = False
-    #: Not appended because it would have opened a new batch (the sticky partitioner then moves
-    #: the topic to another partition and appends there, as KIP-480 does).
-    aborted_for_new_batch: bool = False
-
-
-_APPENDED = AppendResult(appended=True)
-_APPENDED_FULL = AppendResult(appended=True, batch_full=True)
-_NEW_BATCH = AppendResult(appended=True, new_batch=True)
-_NEW_BATCH_FULL = AppendResult(appended=True, new_batch=True, batch_full=True)
-_ABORTED_FOR_NEW_BATCH = AppendResult(appended=False, aborted_for_new_batch=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +149,13 @@ class ReadyCheck:
 
 
 class RecordAccumulator(Generic[H]):
-    """Per-partition deques of batches, bounded by ``buffer_memory`` bytes."""
+    """Per-partition deques of batches, bounded by ``buffer_memory`` bytes. ``new_result()``
+    makes each new batch's ``result``."""
 
     def __init__(
         self,
         *,
+        new_result: Callable[[], H],
         batch_size: int,
         linger_ms: int,
         buffer_memory: int,
@@ -205,20 +173,18 @@ class RecordAccumulator(Generic[H]):
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms or 0)
         self.delivery_timeout_ms = delivery_timeout_ms
+        self._new_result = new_result
         self._batches: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
-        self._buffer_used = 0
+        #: Bytes held by unfinished batches (read it; only the accumulator changes it).
+        self.buffer_used_bytes = 0
         self._flushes_in_progress = 0
         self._memory_waiters = 0
         self._closed = False
         self._drain_start = 0
 
     # ------------------------------------------------------------------ memory
-    @property
-    def buffer_used_bytes(self) -> int:
-        return self._buffer_used
-
     def has_room(self, size: int) -> bool:
-        return self._buffer_used + size <= self.buffer_memory
+        return self.buffer_used_bytes + size <= self.buffer_memory
 
     def set_memory_waiters(self, count: int) -> None:
         """How many senders are blocked on memory; while any are, every batch is ready."""
@@ -226,29 +192,29 @@ class RecordAccumulator(Generic[H]):
         self._memory_waiters = count
 
     def deallocate(self, batch: ProducerBatch[H]) -> None:
-        """Give back a finished batch's memory (exactly once per batch)."""
-        assert batch.reserved_bytes <= self._buffer_used, (batch.reserved_bytes, self._buffer_used)
-        self._buffer_used -= batch.reserved_bytes
+        """Give back a finished batch's memory (exactly once per batch): its share of
+        ``buffer_memory``, and its records and payload, since the batch itself may be kept (the
+        producer remembers the last batch of each topic's keyless records)."""
+        assert batch.reserved_bytes <= self.buffer_used_bytes, (batch.reserved_bytes,
+                                                                self.buffer_used_bytes)
+        self.buffer_used_bytes -= batch.reserved_bytes
         batch.reserved_bytes = 0
+        batch.payload = None
+        batch.builder = RecordsBuilder()
 
     # ------------------------------------------------------------------ appends
-    def append(
-        self,
-        tp: TopicPartition,
-        record: NewRecord,
-        handle: H,
-        *,
-        now_ms: int,
-        abort_on_new_batch: bool = False,
-    ) -> AppendResult:
+    # Each append returns the batch the record went into, as its last record (index
+    # ``record_count - 1``). The producer wakes the sender when that batch is new
+    # (``record_count == 1``) or full (``size_bytes >= batch_size``).
+    def append(self, tp: TopicPartition, record: NewRecord, *, now_ms: int) -> ProducerBatch[H]:
         """Append to the partition's open batch, or open a new one. The caller checked
         ``has_room(estimate_record_bytes(record))``; that is asserted here. The record must have
         its timestamp."""
         if record.timestamp_ms is None:
             raise ValueError("a record appended to the accumulator needs its timestamp")
         return self.append_fields(tp, record.key, record.value, record.headers,
-                                  record.timestamp_ms, estimate_record_bytes(record), handle,
-                                  now_ms=now_ms, abort_on_new_batch=abort_on_new_batch)
+                                  record.timestamp_ms, estimate_record_bytes(record),
+                                  now_ms=now_ms)
 
     def append_fields(
         self,
@@ -258,39 +224,58 @@ class RecordAccumulator(Generic[H]):
         headers: Sequence[tuple[str, bytes | None]],
         timestamp_ms: int,
         size: int,
-        handle: H,
         *,
         now_ms: int,
-        abort_on_new_batch: bool = False,
-    ) -> AppendResult:
-        """:meth:`append` of a record given as its fields and ``size``
-        (:func:`estimate_bytes`), the producer's hot path: the record is encoded into the batch
-        here. Raises InvalidRecordError (bad timestamp or headers) without appending."""
+    ) -> ProducerBatch[H]:
+        """:meth:`append` of a record given as its fields and ``size`` (:func:`estimate_bytes`):
+        the record is encoded into the batch here. Raises InvalidRecordError (bad timestamp or
+        headers) without appending."""
         if self._closed:
             raise RuntimeError("the accumulator is closed")
-        assert self._buffer_used + size <= self.buffer_memory, "append without room"
+        assert self.buffer_used_bytes + size <= self.buffer_memory, "append without room"
+        batch = self.open_batch(tp)
+        if batch is not None and self.append_to(batch, key, value, headers, timestamp_ms, size):
+            return batch
+        if batch is not None:
+            batch.closed = True  # it has a successor now: its partition's open batch is the new one
+        batch = ProducerBatch(tp=tp, created_ms=now_ms, result=self._new_result())
+        # The first record always fits: a record larger than batch_size gets a batch of its own.
+        batch.builder.append(key, value, headers, timestamp_ms)
+        batch.size_bytes += size
+        batch.reserved_bytes = size
+        self.buffer_used_bytes += size
         dq = self._batches.get(tp)
         if dq is None:
             dq = self._batches[tp] = deque()
-        elif dq:
-            last = dq[-1]
-            if last.try_append(key, value, headers, timestamp_ms, size, handle,
-                               batch_size=self.batch_size):
-                self._buffer_used += size
-                if len(dq) > 1 or last.size_bytes >= self.batch_size:
-                    return _APPENDED_FULL
-                return _APPENDED
-        if abort_on_new_batch:
-            return _ABORTED_FOR_NEW_BATCH
-        batch: ProducerBatch[H] = ProducerBatch(tp=tp, created_ms=now_ms)
-        appended = batch.try_append(key, value, headers, timestamp_ms, size, handle,
-                                    batch_size=self.batch_size)
-        assert appended
         dq.append(batch)
-        self._buffer_used += size
-        if len(dq) > 1 or batch.size_bytes >= self.batch_size:
-            return _NEW_BATCH_FULL
-        return _NEW_BATCH
+        return batch
+
+    def open_batch(self, tp: TopicPartition) -> ProducerBatch[H] | None:
+        """The partition's open batch: its last, until drained or followed by a new one (then it
+        is ``closed``; a batch put back for a retry is closed too and goes ahead of it)."""
+        dq = self._batches.get(tp)
+        if not dq or dq[-1].closed:
+            return None
+        return dq[-1]
+
+    def append_to(self, batch: ProducerBatch[H], key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str, bytes | None]], timestamp_ms: int,
+                  size: int) -> bool:
+        """Append to ``batch`` if it is still open and the record fits in ``batch_size``; False,
+        with nothing appended, when it would need a new batch (the sticky partitioner then moves
+        the topic to another partition, as KIP-480 does). The producer's hot path, given the
+        batch it appended to last: the caller checked for room in ``buffer_memory``. An open
+        batch is one the sender will still drain, so this needs no check that the accumulator
+        is open."""
+        builder = batch.builder
+        if (batch.closed or batch.size_bytes + size > self.batch_size
+                or builder.count >= _BATCH_RECORDS_MAX):
+            return False
+        builder.append(key, value, headers, timestamp_ms)  # InvalidRecordError: nothing changed
+        batch.size_bytes += size
+        batch.reserved_bytes += size
+        self.buffer_used_bytes += size
+        return True
 
     # ------------------------------------------------------------------ sending
     def ready(
