@@ -422,6 +422,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         out.error_code = fault.code
         out.error_message = fault.message
         out.base_offset = -1
+        out.appended = fault.after_append  # as a real leader says of an acks=all that failed
         if fault.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
             out.current_leader.CopyFrom(self.c.hint(p))
         return out

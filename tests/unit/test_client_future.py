@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tidelog.client._sender import FutureRecordMetadata, _complete_handles
+from tidelog.client._sender import FutureRecordMetadata
 from tidelog.client.records import RecordMetadata, TopicPartition
 from tidelog.errors import RequestTimedOutError
 
@@ -16,12 +16,13 @@ META = RecordMetadata("t", 0, 7, 1000)
 
 def _resolve(f: FutureRecordMetadata, meta: RecordMetadata | None,
              error: RequestTimedOutError | None) -> None:
-    """Complete ``f`` as the sender does: a batch of one record at ``meta``'s offset, or failed."""
+    """Complete ``f`` as the sender does, through its batch's result: a batch of one record at
+    ``meta``'s offset, or failed."""
     if error is None:
         assert meta is not None
-        _complete_handles([f], TopicPartition(meta.topic, meta.partition), meta.offset, -1, None)
+        f._batch.complete(TopicPartition(meta.topic, meta.partition), meta.offset, -1, None)
     else:
-        _complete_handles([f], None, -1, -1, error)
+        f._batch.complete(None, -1, -1, error)
 
 
 def test_result_callbacks_and_delivery_order() -> None:

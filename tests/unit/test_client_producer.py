@@ -258,6 +258,29 @@ def test_a_duplicate_answer_to_a_first_attempt_is_not_taken_as_written(cluster: 
     assert values(cluster, topic) == [b"first", b"second"]
 
 
+def test_a_batch_the_leader_appended_is_not_resent_under_a_new_epoch(cluster: FakeCluster
+                                                                      ) -> None:
+    """A batch answered with an error after the leader appended it (``appended``: acks=all
+    that did not complete) may be in the log. When the producer bumps its epoch before the
+    batch's retry, re-sequencing it from 0 would write it twice: it fails instead."""
+    name = f"p{next(_names)}"
+    cluster.create_topic(name, 2)
+    with Producer(cluster.bootstrap, **dict(FAST, retry_backoff_ms=2_000,
+                                            retry_backoff_max_ms=2_000)) as producer:
+        for partition in (0, 1):
+            producer.send(name, b"warm-up", partition=partition).result(WAIT_S)
+        cluster.inject("Produce", ErrorCode.NOT_LEADER_OR_FOLLOWER, topic=name, partition=0,
+                       after_append=True)
+        cluster.inject("Produce", ErrorCode.UNKNOWN_PRODUCER_ID, topic=name, partition=1)
+        maybe_twice = producer.send(name, b"appended", partition=0)
+        bumped = producer.send(name, b"resequenced", partition=1)
+        assert bumped.result(WAIT_S).offset == 1
+        with pytest.raises(RequestTimedOutError, match="may have been written"):
+            maybe_twice.result(WAIT_S)
+    assert values(cluster, name, 0) == [b"warm-up", b"appended"], "written once"
+    assert values(cluster, name, 1) == [b"warm-up", b"resequenced"]
+
+
 def test_a_slow_response_is_retried_without_a_duplicate(cluster: FakeCluster,
                                                         topic: str) -> None:
     cluster.slow_next("Produce", 3_000)  # longer than the client waits (100 ms + 1 s slack)

@@ -228,18 +228,6 @@ class FutureRecordMetadata:
         _run_callback(fn, self)
 
 
-def _complete_handles(handles: list[FutureRecordMetadata], tp: TopicPartition | None,
-                      base_offset: int, log_append_time_ms: int,
-                      error: TidelogError | None) -> None:
-    """Complete futures made alone (``FutureRecordMetadata(timestamp_ms)``, each the only
-    record of its batch) as if they were one batch: record i at ``base_offset + i``, or every
-    one with ``error``. For tests; the sender completes a :class:`BatchResult` at once."""
-    for i, h in enumerate(handles):
-        assert h._index == 0
-        h._batch.complete(tp, base_offset + i if base_offset >= 0 else -1, log_append_time_ms,
-                          error)
-
-
 def _run_callback(fn: Callable[[FutureRecordMetadata], object],
                   future: FutureRecordMetadata) -> None:
     try:
@@ -468,7 +456,9 @@ class Sender:
             address = self._metadata.snapshot.address_of(node)
             if address is None:
                 raise NetworkError(f"broker {node} is no longer in the cluster metadata")
-            resp = await self._conns.call(
+            # Over the broker's ProduceStream (unary Produce when it has none): appended in
+            # the order sent, as on a Kafka connection (Connections.multiplex).
+            resp = await self._conns.multiplex(
                 address, "Produce", self._request(batches),
                 timeout_ms=self._cfg.request_timeout_ms + RPC_SLACK_MS,
             )
@@ -509,6 +499,10 @@ class Sender:
                 f"{batch.tp}: DUPLICATE_SEQUENCE_NUMBER for a batch sent for the first time "
                 f"({resp.error_message})"), None)
         else:
+            if resp.appended:
+                # The leader appended it before failing (acks=all that did not complete): it
+                # may be committed, so it must not be resent under a new producer epoch.
+                batch.maybe_written = True
             hint = resp.current_leader if resp.HasField("current_leader") else None
             self._handle_error(batch, error_for_code(resp.error_code, resp.error_message), hint)
 
