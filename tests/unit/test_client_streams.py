@@ -144,6 +144,36 @@ def test_a_broker_without_the_stream_is_asked_by_unary_calls() -> None:
     asyncio.run(body())
 
 
+def test_a_stream_the_broker_ended_before_the_first_write_is_found_unsupported() -> None:
+    """A broker without the method may end the stream before the client writes: the write
+    then fails with "RPC already finished" or INTERNAL, and the call's status (UNIMPLEMENTED)
+    is what tells the client to use unary calls (not a NetworkError to retry forever)."""
+    from tidelog.client._io import _Multiplexed, _Stream
+
+    async def body() -> None:
+        plane = _EchoPlane()
+        server, port = await _serve(plane, stream=False)
+        address = f"127.0.0.1:{port}"
+        conns = Connections()
+        try:
+            fetch = conns._streams[(address, "Fetch")] = _Stream()
+            fetch.call = conns.stub(address).FetchStream()
+            produce = conns._muxes[(address, "Produce")] = _Multiplexed()
+            produce.call = conns.stub(address).ProduceStream()
+            produce.reader = asyncio.ensure_future(
+                conns._read_answers(produce, produce.call, address, "Produce"))
+            await asyncio.sleep(0.2)  # the broker has refused both by now
+            answer = await conns.exchange(address, "Fetch", _fetch(1), timeout_ms=5_000)
+            assert answer.error_message == "1" and not fetch.supported
+            produced = await conns.multiplex(address, "Produce", _produce(2), timeout_ms=5_000)
+            assert produced.throttle_time_ms == 2 and not produce.supported
+        finally:
+            await conns.close()
+            await server.stop(None)
+
+    asyncio.run(body())
+
+
 def _produce(tag: int, *, wait: bool = False) -> pb.ProduceRequest:
     return pb.ProduceRequest(acks=-1 if wait else 1, timeout_ms=tag)
 

@@ -191,6 +191,17 @@ def _stream_error(err: grpc.aio.AioRpcError, address: str, method: str) -> Tidel
     return error_from_rpc(err, address)
 
 
+async def _ended_with(call: Any, error: BaseException) -> grpc.StatusCode | None:
+    """The status a stream call ended with, after ``error`` from its write or read. A write to
+    a call the broker already ended fails with INTERNAL or "RPC already finished" while the
+    call's own status says why (UNIMPLEMENTED from a broker without the method)."""
+    try:
+        code: grpc.StatusCode = await asyncio.wait_for(call.code(), 1.0)
+        return code
+    except Exception:  # not ended after all, or no status: go by the error
+        return error.code() if isinstance(error, grpc.aio.AioRpcError) else None
+
+
 class _Stream:
     """A long-lived request/answer stream to one broker: one exchange at a time."""
 
@@ -313,11 +324,11 @@ class Connections:
             except TimeoutError:
                 raise RequestTimedOutError(
                     f"broker {address}: no answer to {method} within {timeout_ms} ms") from None
-            except asyncio.InvalidStateError as e:  # the stream ended under us
-                raise NetworkError(f"broker {address}: {method} stream ended: {e}") from None
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise _stream_error(e, address, method) from None
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:  # the stream ended
+                if await _ended_with(call, e) != grpc.StatusCode.UNIMPLEMENTED:
+                    if isinstance(e, grpc.aio.AioRpcError):
+                        raise _stream_error(e, address, method) from None
+                    raise NetworkError(f"broker {address}: {method} stream ended: {e}") from None
                 stream.supported = False
                 stream.close()
                 return await self.call(address, method, request, timeout_ms=timeout_ms)
@@ -400,14 +411,15 @@ class Connections:
                 await call.write(request)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
                 # The stream ended under us; its status says why.
-                code = e.code() if isinstance(e, grpc.aio.AioRpcError) else await call.code()
+                code = await _ended_with(call, e)
                 if code == grpc.StatusCode.UNIMPLEMENTED:
                     mux.supported = False
                     mux.fail_all(_StreamUnsupported())
                     raise _StreamUnsupported() from None
                 error = (_stream_error(e, address, method)
                          if isinstance(e, grpc.aio.AioRpcError) else
-                         NetworkError(f"broker {address}: {method} stream ended ({code.name})"))
+                         NetworkError(f"broker {address}: {method} stream ended "
+                                      f"({code.name if code else e})"))
                 if mux.call is call:
                     mux.fail_all(error)
                 raise error from None
@@ -432,7 +444,7 @@ class Connections:
                 if future is not None and not future.done():
                     future.set_result(response)
         except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            if await _ended_with(call, e) == grpc.StatusCode.UNIMPLEMENTED:
                 mux.supported = False
                 error = _StreamUnsupported()
             else:
