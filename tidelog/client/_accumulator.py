@@ -304,6 +304,8 @@ class RecordAccumulator(Generic[H]):
                 continue
             if leader in ready or leader in busy_nodes:
                 continue
+            if tp in in_flight and self._held(dq):
+                continue
             first = dq[0]
             backing_off = self._backing_off(first, leader, now_ms)
             if backing_off:
@@ -313,8 +315,6 @@ class RecordAccumulator(Generic[H]):
                 wait_ms = self.linger_ms
                 waited = now_ms - first.created_ms
             full = len(dq) > 1 or first.is_full(self.batch_size)
-            if tp in in_flight and self._held(dq):
-                continue
             if not backing_off and (full or hurry or waited >= wait_ms):
                 ready.add(leader)
             else:

@@ -181,25 +181,26 @@ def error_from_rpc(err: grpc.aio.AioRpcError, address: str) -> TidelogError:
     return UnknownServerError(f"{detail} ({code.name})")
 
 
-def _stream_error(err: grpc.aio.AioRpcError, address: str, method: str) -> TidelogError:
-    """:func:`error_from_rpc` for a stream, where a broker going away (GOAWAY) ends the call
-    with INTERNAL or UNKNOWN rather than UNAVAILABLE: those are a NetworkError too."""
-    code = err.code()
-    if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
-        return NetworkError(f"broker {address}: {method} stream broke: "
-                            f"{err.details() or code.name}")
-    return error_from_rpc(err, address)
-
-
-async def _ended_with(call: Any, error: BaseException) -> grpc.StatusCode | None:
-    """The status a stream call ended with, after ``error`` from its write or read. A write to
-    a call the broker already ended fails with INTERNAL or "RPC already finished" while the
-    call's own status says why (UNIMPLEMENTED from a broker without the method)."""
+async def _stream_failure(call: Any, error: BaseException, address: str,
+                          method: str) -> TidelogError | None:
+    """What ``error`` from a stream call's write or read means: None when the broker has no such
+    method (UNIMPLEMENTED: use unary calls), else the typed error. The call's own status decides:
+    a write to a call the broker already ended fails with INTERNAL or "RPC already finished"
+    while the status says why. A broker going away (GOAWAY) ends a stream with INTERNAL or
+    UNKNOWN rather than UNAVAILABLE: those are a NetworkError too."""
     try:
-        code: grpc.StatusCode = await asyncio.wait_for(call.code(), 1.0)
-        return code
+        code: grpc.StatusCode | None = await asyncio.wait_for(call.code(), 1.0)
     except Exception:  # not ended after all, or no status: go by the error
-        return error.code() if isinstance(error, grpc.aio.AioRpcError) else None
+        code = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return None
+    if not isinstance(error, grpc.aio.AioRpcError):
+        return NetworkError(f"broker {address}: {method} stream ended "
+                            f"({code.name if code else error})")
+    if error.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        return NetworkError(f"broker {address}: {method} stream broke: "
+                            f"{error.details() or error.code().name}")
+    return error_from_rpc(error, address)
 
 
 class _Stream:
@@ -325,10 +326,9 @@ class Connections:
                 raise RequestTimedOutError(
                     f"broker {address}: no answer to {method} within {timeout_ms} ms") from None
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:  # the stream ended
-                if await _ended_with(call, e) != grpc.StatusCode.UNIMPLEMENTED:
-                    if isinstance(e, grpc.aio.AioRpcError):
-                        raise _stream_error(e, address, method) from None
-                    raise NetworkError(f"broker {address}: {method} stream ended: {e}") from None
+                error = await _stream_failure(call, e, address, method)
+                if error is not None:
+                    raise error from None
                 stream.supported = False
                 stream.close()
                 return await self.call(address, method, request, timeout_ms=timeout_ms)
@@ -409,17 +409,12 @@ class Connections:
                     self._read_answers(mux, call, address, method))
             try:
                 await call.write(request)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
-                # The stream ended under us; its status says why.
-                code = await _ended_with(call, e)
-                if code == grpc.StatusCode.UNIMPLEMENTED:
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:  # the stream ended
+                error = await _stream_failure(call, e, address, method)
+                if error is None:
                     mux.supported = False
                     mux.fail_all(_StreamUnsupported())
                     raise _StreamUnsupported() from None
-                error = (_stream_error(e, address, method)
-                         if isinstance(e, grpc.aio.AioRpcError) else
-                         NetworkError(f"broker {address}: {method} stream ended "
-                                      f"({code.name if code else e})"))
                 if mux.call is call:
                     mux.fail_all(error)
                 raise error from None
@@ -444,11 +439,10 @@ class Connections:
                 if future is not None and not future.done():
                     future.set_result(response)
         except grpc.aio.AioRpcError as e:
-            if await _ended_with(call, e) == grpc.StatusCode.UNIMPLEMENTED:
+            failure = await _stream_failure(call, e, address, method)
+            if failure is None:
                 mux.supported = False
-                error = _StreamUnsupported()
-            else:
-                error = _stream_error(e, address, method)
+            error = failure or _StreamUnsupported()
         except asyncio.CancelledError:
             error = NetworkError(f"{method} stream to broker {address} closed")
         except Exception as e:  # whatever broke the stream fails its requests
