@@ -162,7 +162,7 @@ class ControllerRuntime:
             [v.raft_address for v in c.voters if v.id != config.node_id],
             f"{config.data_dir}/raft",
             self,
-            password=c.raft_password or None,
+            password=None,  # replaced by the cluster secret (hardening in progress)
             settings=RaftSettings(
                 election_timeout_min_s=c.election_timeout_min_ms / 1000,
                 election_timeout_max_s=c.election_timeout_max_ms / 1000,

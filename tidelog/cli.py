@@ -51,6 +51,20 @@ def random_uuid() -> None:
     click.echo(new_cluster_id())
 
 
+@storage.command("random-secret")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="write it to this file (mode 0600) instead of printing it")
+def random_secret(out_path: str | None) -> None:
+    """Make a new cluster secret (every node's cluster_secret_file holds the same one)."""
+    from tidelog.cluster_secret import generate_secret, write_secret_file
+
+    secret = generate_secret()
+    if out_path:
+        write_secret_file(out_path, secret)
+    else:
+        click.echo(secret)
+
+
 @storage.command("format")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="take node id and data dir from this node config")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidelog.cluster_secret import is_loopback, read_secret_file
 from tidelog.errors import InvalidConfigError
 
 __all__ = [
@@ -79,10 +80,10 @@ class ControllerConfig:
         "raft_port); brokers use it to find controllers too",
         default_factory=tuple,
     )
-    listen_host: str = _doc("address the ControllerService and Raft ports bind to", "127.0.0.1")
-    raft_password: str = _doc(
-        "shared secret for the Raft transport (pysyncobj encrypts with it); empty = none: then "
-        "the Raft port must be private",
+    listen_host: str = _doc("address the ControllerService gRPC port binds to", "127.0.0.1")
+    raft_listen_host: str = _doc(
+        "address the Raft port binds to; empty = listen_host. Keep it on a private network: a "
+        "wildcard (0.0.0.0, ::) or any non-loopback address needs cluster_secret_file",
         "",
     )
     broker_session_timeout_ms: int = _doc(
@@ -112,8 +113,20 @@ class BrokerConfig:
     """[broker]: serving clients and replicating partitions."""
 
     host: str = _doc("host clients and other brokers reach this broker at", "127.0.0.1")
-    listen_host: str = _doc("address the broker's gRPC port binds to", "127.0.0.1")
-    port: int = _doc("BrokerService/ReplicaService gRPC port", 9092)
+    listen_host: str = _doc("address the client listener (BrokerService) binds to", "127.0.0.1")
+    port: int = _doc("client listener port: BrokerService, for producers, consumers, admins", 9092)
+    inter_broker_host: str = _doc(
+        "host other brokers reach this broker's inter-broker listener at; empty = host", "")
+    inter_broker_listen_host: str = _doc(
+        "address the inter-broker listener (ReplicaService: follower fetches) binds to; "
+        "non-loopback needs cluster_secret_file",
+        "127.0.0.1",
+    )
+    inter_broker_port: int = _doc(
+        "inter-broker listener port: ReplicaService, answered only to brokers that present "
+        "their cluster-secret credential",
+        9095,
+    )
     rack: str = _doc("rack label used to spread replicas; empty = none", "")
     heartbeat_interval_ms: int = _doc("how often the broker heartbeats to the controller", 2000)
     replica_lag_time_max_ms: int = _doc(
@@ -148,6 +161,12 @@ class NodeConfig:
     cluster_id: str = _doc(
         "expected cluster id; empty = take it from the formatted data dir", ""
     )
+    cluster_secret_file: str = _doc(
+        "file holding the cluster secret (one line, mode 0600; `tidelog storage random-secret` "
+        "makes one): brokers and controllers prove who they are to each other with keys "
+        "derived from it. Empty = none, allowed only when every listener binds loopback",
+        "",
+    )
     log_level: str = _doc("DEBUG, INFO, WARNING or ERROR", "INFO")
     controller: ControllerConfig = _doc("[controller] table", default_factory=ControllerConfig)
     broker: BrokerConfig = _doc("[broker] table", default_factory=BrokerConfig)
@@ -160,6 +179,32 @@ class NodeConfig:
     @property
     def is_broker(self) -> bool:
         return "broker" in self.roles
+
+    @property
+    def raft_bind_host(self) -> str:
+        """Where the Raft port binds (controllers only)."""
+        return self.controller.raft_listen_host or self.controller.listen_host
+
+    @property
+    def inter_broker_advertised_host(self) -> str:
+        return self.broker.inter_broker_host or self.broker.host
+
+    def cluster_secret(self) -> str | None:
+        """The cluster secret from ``cluster_secret_file`` (read now), or None when unset."""
+        if not self.cluster_secret_file:
+            return None
+        return read_secret_file(self.cluster_secret_file)
+
+    def listen_hosts(self) -> dict[str, str]:
+        """Every peer-facing or client-facing listener of this node: name -> bind host."""
+        hosts: dict[str, str] = {}
+        if self.is_controller:
+            hosts["controller.listen_host"] = self.controller.listen_host
+            hosts["controller.raft_listen_host"] = self.raft_bind_host
+        if self.is_broker:
+            hosts["broker.listen_host"] = self.broker.listen_host
+            hosts["broker.inter_broker_listen_host"] = self.broker.inter_broker_listen_host
+        return hosts
 
     def voter(self) -> VoterConfig:
         """This node's own entry in the voter list (controllers only)."""
@@ -241,6 +286,19 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
         )
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise InvalidConfigError(f"log_level {cfg.log_level!r} is not a log level")
+    if cfg.is_broker and cfg.broker.inter_broker_port == cfg.broker.port:
+        raise InvalidConfigError(
+            "broker.inter_broker_port must differ from broker.port: replication is served on a "
+            "listener of its own, never to clients")
+    if cfg.cluster_secret_file:
+        cfg.cluster_secret()  # unreadable, too open or too short: one line now, not at first use
+    else:
+        exposed = {k: h for k, h in cfg.listen_hosts().items() if not is_loopback(h)}
+        if exposed:
+            key, host = next(iter(exposed.items()))
+            raise InvalidConfigError(
+                f"{key} = {host!r} is not loopback, so this node needs cluster_secret_file "
+                f"(make one with `tidelog storage random-secret > FILE; chmod 600 FILE`)")
     return cfg
 
 

@@ -29,11 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidelog.cluster_secret import generate_secret, write_secret_file
 from tidelog.data_dir import format_data_dir
 
 __all__ = ["LocalCluster", "NodeSpec", "free_ports"]
 
 STATE_FILE = "cluster.json"
+#: The cluster secret, beside the state file (mode 0600); every node's config points at it.
+SECRET_FILE = "cluster.secret"
 HOST = "127.0.0.1"
 #: Bounds of waits, so a broken node fails a test or a CLI call instead of hanging it.
 READY_TIMEOUT_S = 60.0
@@ -67,6 +70,7 @@ class NodeSpec:
     controller_port: int = 0
     raft_port: int = 0
     broker_port: int = 0
+    inter_broker_port: int = 0
     pid: int = 0
 
     @property
@@ -102,6 +106,7 @@ class LocalCluster:
                                   f"--dir {base} --purge` or pick another --dir")
         base.mkdir(parents=True, exist_ok=True)
         cluster = cls(base, cluster_id or uuid.uuid4().hex, overrides=overrides or {})
+        write_secret_file(cluster.secret_path, generate_secret())
         for spec in _layout(controllers=controllers, brokers=brokers, combined=combined):
             cluster.nodes[spec.name] = spec
         for spec in cluster.nodes.values():
@@ -128,6 +133,10 @@ class LocalCluster:
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.base_dir / STATE_FILE)
 
+    @property
+    def secret_path(self) -> Path:
+        return self.base_dir / SECRET_FILE
+
     def config_path(self, name: str) -> Path:
         return self.base_dir / f"{name}.toml"
 
@@ -140,9 +149,14 @@ class LocalCluster:
     def render_config(self, spec: NodeSpec) -> str:
         """The node's TOML config."""
         lines = [f"node_id = {spec.node_id}", f'data_dir = "{self.data_dir(spec.name)}"',
-                 f"roles = {json.dumps(spec.roles)}", f'cluster_id = "{self.cluster_id}"', ""]
-        lines += ["[controller]", *_toml_items(self.overrides.get("controller", {})), ""]
-        lines += ["[broker]", f'host = "{HOST}"', f"port = {spec.broker_port or 9092}",
+                 f"roles = {json.dumps(spec.roles)}", f'cluster_id = "{self.cluster_id}"',
+                 f'cluster_secret_file = "{self.secret_path}"', ""]
+        lines += ["[controller]", f'listen_host = "{HOST}"', f'raft_listen_host = "{HOST}"',
+                  *_toml_items(self.overrides.get("controller", {})), ""]
+        lines += ["[broker]", f'host = "{HOST}"', f'listen_host = "{HOST}"',
+                  f"port = {spec.broker_port or 9092}",
+                  f'inter_broker_listen_host = "{HOST}"',
+                  f"inter_broker_port = {spec.inter_broker_port or 9095}",
                   *_toml_items(self.overrides.get("broker", {})), ""]
         lines += ["[metrics]", f'host = "{HOST}"', f"port = {spec.metrics_port}", ""]
         for voter in self.controllers():
@@ -325,18 +339,18 @@ def _layout(*, controllers: int, brokers: int, combined: int) -> list[NodeSpec]:
         raise ValueError("a cluster needs at least one controller")
     specs: list[NodeSpec] = []
     if combined:
-        ports = iter(free_ports(combined * 4))
+        ports = iter(free_ports(combined * 5))
         for i in range(1, combined + 1):
             specs.append(NodeSpec(f"node-{i}", i, ["controller", "broker"], next(ports),
-                                  next(ports), next(ports), next(ports)))
+                                  next(ports), next(ports), next(ports), next(ports)))
         return specs
-    ports = iter(free_ports(controllers * 3 + brokers * 2))
+    ports = iter(free_ports(controllers * 3 + brokers * 3))
     for i in range(1, controllers + 1):
         specs.append(NodeSpec(f"controller-{i}", i, ["controller"], next(ports), next(ports),
                               next(ports)))
     for i in range(1, brokers + 1):
         specs.append(NodeSpec(f"broker-{i}", BROKER_ID_BASE + i, ["broker"], next(ports),
-                              broker_port=next(ports)))
+                              broker_port=next(ports), inter_broker_port=next(ports)))
     return specs
 
 

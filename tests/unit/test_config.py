@@ -80,3 +80,56 @@ def test_reference_lists_every_key_and_the_committed_page_is_current() -> None:
         assert f"`{key}`" in text
     page = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert page.read_text() == text + "\n", "regenerate: python -m tidelog.config --markdown"
+
+
+# ------------------------------------------------------------------ listeners and the secret
+def _secret_file(tmp_path: Path, *, mode: int = 0o600, text: str | None = None) -> Path:
+    from tidelog.cluster_secret import generate_secret, write_secret_file
+
+    path = tmp_path / "cluster.secret"
+    write_secret_file(path, text if text is not None else generate_secret())
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("table", ['[controller]\nlisten_host = "10.0.0.5"',
+                                   '[controller]\nraft_listen_host = "0.0.0.0"',
+                                   '[controller]\nraft_listen_host = "::"',
+                                   '[controller]\nraft_listen_host = "ctrl-1.internal"'])
+def test_a_controller_off_loopback_needs_a_secret(table: str) -> None:
+    with pytest.raises(InvalidConfigError, match="is not loopback, so this node needs "
+                                                 "cluster_secret_file"):
+        parse_config(BASE + "\n" + table)
+
+
+def test_a_broker_inter_broker_listener_off_loopback_needs_a_secret() -> None:
+    text = BASE.replace('roles = ["controller"]', 'roles = ["broker"]')
+    with pytest.raises(InvalidConfigError, match=r"broker\.inter_broker_listen_host"):
+        parse_config(text + '\n[broker]\ninter_broker_listen_host = "0.0.0.0"')
+
+
+def test_with_a_secret_a_wildcard_bind_is_allowed(tmp_path: Path) -> None:
+    path = _secret_file(tmp_path)
+    text = BASE.replace('roles = ["controller"]',
+                        f'roles = ["controller"]\ncluster_secret_file = "{path}"')
+    cfg = parse_config(text + '\n[controller]\nraft_listen_host = "0.0.0.0"')
+    assert cfg.raft_bind_host == "0.0.0.0"
+    assert cfg.cluster_secret() == path.read_text().strip()
+
+
+@pytest.mark.parametrize(("mode", "text", "message"), [
+    (0o644, None, "readable by others"),
+    (0o600, "short", "at least 32 characters"),
+])
+def test_a_bad_secret_file_is_refused_in_one_line(tmp_path: Path, mode: int, text: str | None,
+                                                   message: str) -> None:
+    path = _secret_file(tmp_path, mode=mode, text=text)
+    with pytest.raises(InvalidConfigError, match=message):
+        parse_config(BASE.replace('roles = ["controller"]',
+                                  f'roles = ["controller"]\ncluster_secret_file = "{path}"'))
+
+
+def test_the_inter_broker_port_is_not_the_client_port() -> None:
+    text = BASE.replace('roles = ["controller"]', 'roles = ["broker"]')
+    with pytest.raises(InvalidConfigError, match="inter_broker_port must differ"):
+        parse_config(text + "\n[broker]\nport = 9095\ninter_broker_port = 9095")
