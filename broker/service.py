@@ -9,14 +9,16 @@ client's mistake: those are error codes in the response.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import grpc
 
 from broker.runtime import BrokerRuntime
+from broker.stream_limits import StreamLimits, serve_bounded
+from tidelog import limits
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc, common_pb2
@@ -27,6 +29,11 @@ log = logging.getLogger("tidelog.broker")
 
 #: The internal topic holding consumer-group offsets (Kafka's name).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+#: What one ProduceStream / FetchStream may hold (see broker.stream_limits).
+PRODUCE_STREAM_LIMITS = StreamLimits(limits.PRODUCE_STREAM_IN_FLIGHT_MAX,
+                                     limits.STREAM_ANSWER_BYTES_MAX)
+FETCH_STREAM_LIMITS = StreamLimits(limits.FETCH_STREAM_IN_FLIGHT_MAX,
+                                   limits.STREAM_ANSWER_BYTES_MAX)
 
 
 def metadata_response(image: MetadataImage, topics: list[str], *, cluster_id: str,
@@ -132,44 +139,28 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         in its own task (tasks start in arrival order, and a produce appends before its first
         wait, so appends keep the stream's order); answers go out as they complete, with the
         request's correlation_id. When the client ends its side, the answers still owed are
-        sent before the stream ends."""
+        sent before the stream ends. What the stream holds is bounded (broker.stream_limits):
+        past PRODUCE_STREAM_IN_FLIGHT_MAX unanswered requests or STREAM_ANSWER_BYTES_MAX of
+        unsent answers, the broker stops reading it and gRPC pushes back on the client."""
         plane = self.rt.data_plane
         if plane is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED,
                                 "produce is not served by this broker build")
-        answers: asyncio.Queue[pb.ProduceResponse | None] = asyncio.Queue()
-        tasks: set[asyncio.Task[None]] = set()
-        loop = asyncio.get_running_loop()
 
-        async def answer(request: pb.ProduceRequest) -> None:
+        async def answer(request: pb.ProduceRequest) -> pb.ProduceResponse:
             try:
                 response = await plane.handle_produce(request)
             except Exception as e:  # a bug: answer every partition, keep the stream
                 log.exception("broker: a streamed produce failed")
                 response = produce_error_response(request, e)
             response.correlation_id = request.correlation_id
-            answers.put_nowait(response)
+            return response
 
-        async def read() -> None:
-            try:
-                async for request in requests:
-                    task = loop.create_task(answer(request))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                while tasks:
-                    await asyncio.wait(set(tasks))
-            finally:
-                answers.put_nowait(None)
-
-        reader = loop.create_task(read())
-        try:
-            while (response := await answers.get()) is not None:
+        # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
+        async with aclosing(serve_bounded(requests, answer, PRODUCE_STREAM_LIMITS,
+                                          ordered=False)) as answers:
+            async for response in answers:
                 yield response
-            await reader  # its error, if any, ends the stream with it
-        finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
         return await self._data("fetch", request, context)
@@ -177,9 +168,18 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
                           context: Any) -> AsyncIterator[pb.FetchResponse]:
         """Consumer fetches over one stream: one answer per request, in order, through the same
-        handler as the unary call."""
-        async for request in requests:
-            yield await self._data("fetch", request, context)
+        handler as the unary call; at most FETCH_STREAM_IN_FLIGHT_MAX requests read and not
+        answered (broker.stream_limits), so a client that never reads is pushed back."""
+
+        async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
+            response: pb.FetchResponse = await self._data("fetch", request, context)
+            return response
+
+        # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
+        async with aclosing(serve_bounded(requests, answer, FETCH_STREAM_LIMITS,
+                                          ordered=True)) as answers:
+            async for response in answers:
+                yield response
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> Any:
         return await self._data("list_offsets", request, context)

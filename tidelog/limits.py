@@ -28,6 +28,19 @@ PARTITION_FETCH_BYTES_MAX_DEFAULT = 1024 * 1024
 #: Long-poll bound for fetch.max.wait.ms a client may ask for.
 FETCH_WAIT_MS_MAX = 30_000
 
+# --- streams (BrokerService.ProduceStream / FetchStream) ------------------------------------
+#: Requests read from one ProduceStream and not yet answered (answer computed and handed to
+#: gRPC). Past it the broker stops reading that stream, and gRPC's flow control makes the
+#: client's writes wait. Kafka reads one request per connection at a time; 64 leaves room for
+#: a producer's pipelined requests (idempotence allows 5 per partition).
+PRODUCE_STREAM_IN_FLIGHT_MAX = 64
+#: The same for one FetchStream: fetches are answered in order, one at a time (a consumer or
+#: follower sends the next fetch after reading the answer to the last).
+FETCH_STREAM_IN_FLIGHT_MAX = 1
+#: Bytes of answers computed but not yet taken by gRPC on one stream (a client that sends and
+#: never reads): past it the broker reads no further request on that stream.
+STREAM_ANSWER_BYTES_MAX = 16 * 1024 * 1024
+
 # --- topics and partitions -------------------------------------------------------------------
 TOPIC_NAME_LENGTH_MAX = 249
 PARTITIONS_PER_TOPIC_MAX = 10_000
@@ -42,3 +55,5 @@ LEADER_EPOCH_ENTRIES_MAX = 10_000
 assert MESSAGE_BYTES_MAX <= MESSAGE_BYTES_MAX_CONFIGURABLE < GRPC_MESSAGE_BYTES_MAX
 assert PARTITION_FETCH_BYTES_MAX_DEFAULT <= FETCH_BYTES_MAX_DEFAULT < GRPC_MESSAGE_BYTES_MAX
 assert BATCH_UNCOMPRESSED_BYTES_MAX <= GRPC_MESSAGE_BYTES_MAX
+assert 1 <= FETCH_STREAM_IN_FLIGHT_MAX <= PRODUCE_STREAM_IN_FLIGHT_MAX
+assert STREAM_ANSWER_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX
