@@ -6,8 +6,9 @@ list offsets, producer ids, admin calls) runs end to end without the real broker
 semantics the client relies on: per-partition errors with leader hints, offsets assigned by the
 leader, idempotent producers (the last five batches per producer and partition; a duplicate
 answers its first offset, a gap OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
-INVALID_PRODUCER_EPOCH), fetches of whole batches from the one holding the fetch offset,
-long-polls bounded by max_wait_ms, and topic configs validated by tidelog.configs.
+INVALID_PRODUCER_EPOCH; sequences wrap from 2**31-1 to 0 as Kafka's do), fetches of whole
+batches from the one holding the fetch offset, long-polls bounded by max_wait_ms, and topic
+configs validated by tidelog.configs.
 
 Every fake broker of a ``FakeCluster`` is its own grpc.aio server (its own port), all on one
 event loop on a daemon thread; the state is only touched on that loop, and tests change it
@@ -53,6 +54,7 @@ from tidelog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2, 
 
 T = TypeVar("T")
 
+INT32_MAX = 0x7FFFFFFF  # a producer's sequences wrap from here to 0, as Kafka's do
 PRODUCER_STATE_BATCHES = 5  # what a leader remembers per producer and partition (DESIGN §9)
 LOOP_CALL_TIMEOUT_S = 10.0
 
@@ -229,6 +231,17 @@ class FakeCluster:
         """Delay only the next ``times`` calls of ``rpc`` (a slow response, then normal)."""
         self._on_loop(lambda: self.slow.setdefault(rpc, []).extend([delay_ms] * times))
 
+    def set_last_sequence(self, topic: str, partition: int, producer_id: int,
+                          last_sequence: int) -> None:
+        """Make the leader remember ``last_sequence`` as the producer's last (with its current
+        epoch), as if it had written that many records: tests of the sequence wrap start here."""
+        def seed() -> None:
+            entry = self.topics[topic].partitions[partition].producers[producer_id]
+            entry.batches.clear()
+            entry.batches.append((last_sequence, last_sequence, -1))
+
+        self._on_loop(seed)
+
     def records(self, topic: str, partition: int) -> list[ConsumerRecord]:
         """Every record of the partition's log, decoded."""
         def read() -> list[bytes]:
@@ -386,7 +399,8 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
             if batch.producer_id >= 0:
                 entry = p.producers[batch.producer_id]
                 entry.batches.append((batch.base_sequence,
-                                      batch.base_sequence + batch.record_count - 1, base))
+                                      _increment(batch.base_sequence, batch.record_count - 1),
+                                      base))
         if code != ErrorCode.NONE:
             out.error_code = code
             return out
@@ -402,7 +416,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
             return ErrorCode.NONE, -1
         entry = p.producers.get(batch.producer_id)
         first = batch.base_sequence
-        last = first + batch.record_count - 1
+        last = _increment(first, batch.record_count - 1)
         if entry is not None and batch.producer_epoch < entry.epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH, -1
         if entry is None or batch.producer_epoch > entry.epoch:
@@ -413,7 +427,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         for seq_first, seq_last, base in entry.batches:
             if (seq_first, seq_last) == (first, last):
                 return ErrorCode.NONE, base  # a retried duplicate: its first offset
-        expected = entry.batches[-1][1] + 1 if entry.batches else 0
+        expected = _increment(entry.batches[-1][1], 1) if entry.batches else 0
         if first != expected:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
         return ErrorCode.NONE, -1
@@ -718,6 +732,13 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                     log_end_offset=p.end_offset, high_watermark=p.end_offset,
                     size_bytes=sum(len(b) for b in p.batches))
         return resp
+
+
+def _increment(sequence: int, increment: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: an int32 sequence wraps to 0."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
 
 
 def run_in_thread(fn: Callable[[], T]) -> concurrent.futures.Future[T]:

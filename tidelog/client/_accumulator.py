@@ -29,7 +29,9 @@ from dataclasses import InitVar, dataclass, field
 from typing import Generic, TypeVar
 
 from tidelog import limits
+from tidelog.client._idempotence import increment_sequence, sequence_before
 from tidelog.client.records import TopicPartition
+from tidelog.invariants import InvariantViolation, check
 from tidelog.record_batch import NewRecord, RecordsBuilder
 
 __all__ = [
@@ -117,12 +119,15 @@ class ProducerBatch(Generic[H]):
 
     @property
     def last_sequence(self) -> int:
-        assert self.has_sequence
-        return self.base_sequence + self.record_count - 1
+        """The sequence of the batch's last record (wrapping past 2**31-1 to 0, as Kafka's)."""
+        check(self.has_sequence, f"{self.tp}: last_sequence of a batch without a sequence")
+        return increment_sequence(self.base_sequence, self.record_count - 1)
 
     def stamp(self, *, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         """Give the batch its idempotence fields (once; a retry keeps them)."""
-        assert not self.has_sequence and base_sequence >= 0
+        check(not self.has_sequence, f"{self.tp}: a batch with sequence {self.base_sequence} "
+                                     f"stamped again with {base_sequence}")
+        check(base_sequence >= 0, f"{self.tp}: negative base sequence {base_sequence}")
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
@@ -188,15 +193,16 @@ class RecordAccumulator(Generic[H]):
 
     def set_memory_waiters(self, count: int) -> None:
         """How many senders are blocked on memory; while any are, every batch is ready."""
-        assert count >= 0
+        check(count >= 0, f"{count} memory waiters")
         self._memory_waiters = count
 
     def deallocate(self, batch: ProducerBatch[H]) -> None:
         """Give back a finished batch's memory (exactly once per batch): its share of
         ``buffer_memory``, and its records and payload, since the batch itself may be kept (the
         producer remembers the last batch of each topic's keyless records)."""
-        assert batch.reserved_bytes <= self.buffer_used_bytes, (batch.reserved_bytes,
-                                                                self.buffer_used_bytes)
+        check(batch.reserved_bytes <= self.buffer_used_bytes,
+              f"{batch.tp}: a batch gives back {batch.reserved_bytes} bytes of buffer_memory but "
+              f"only {self.buffer_used_bytes} are in use")
         self.buffer_used_bytes -= batch.reserved_bytes
         batch.reserved_bytes = 0
         batch.payload = None
@@ -208,7 +214,7 @@ class RecordAccumulator(Generic[H]):
     # (``record_count == 1``) or full (``size_bytes >= batch_size``).
     def append(self, tp: TopicPartition, record: NewRecord, *, now_ms: int) -> ProducerBatch[H]:
         """Append to the partition's open batch, or open a new one. The caller checked
-        ``has_room(estimate_record_bytes(record))``; that is asserted here. The record must have
+        ``has_room(estimate_record_bytes(record))``; that is checked here. The record must have
         its timestamp."""
         if record.timestamp_ms is None:
             raise ValueError("a record appended to the accumulator needs its timestamp")
@@ -232,7 +238,8 @@ class RecordAccumulator(Generic[H]):
         headers) without appending."""
         if self._closed:
             raise RuntimeError("the accumulator is closed")
-        assert self.buffer_used_bytes + size <= self.buffer_memory, "append without room"
+        if self.buffer_used_bytes + size > self.buffer_memory:  # hot path: no f-string per call
+            raise InvariantViolation(f"append of {size} bytes without room in buffer_memory")
         batch = self.open_batch(tp)
         if batch is not None and self.append_to(batch, key, value, headers, timestamp_ms, size):
             return batch
@@ -402,7 +409,8 @@ class RecordAccumulator(Generic[H]):
         index = 0
         if batch.has_sequence:
             for index, other in enumerate(dq):  # noqa: B007 - the index is the result
-                if not other.has_sequence or other.base_sequence > batch.base_sequence:
+                if not other.has_sequence or sequence_before(batch.base_sequence,
+                                                             other.base_sequence):
                     break
             else:
                 index = len(dq)
@@ -428,7 +436,7 @@ class RecordAccumulator(Generic[H]):
         self._flushes_in_progress += 1
 
     def end_flush(self) -> None:
-        assert self._flushes_in_progress > 0
+        check(self._flushes_in_progress > 0, "end_flush without begin_flush")
         self._flushes_in_progress -= 1
 
     def close(self) -> None:
