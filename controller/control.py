@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -44,7 +44,8 @@ from controller.managers.common import ControllerConfig, ErrorFields, set_error
 from controller.managers.config_control import ConfigControlManager
 from controller.managers.producer_id_control import ProducerIdControlManager
 from controller.managers.replication_control import ReplicationControlManager
-from tidelog.errors import NotControllerError
+from tidelog import limits
+from tidelog.errors import NotControllerError, PolicyViolationError
 from tidelog.metadata.delta import MetadataDelta, apply_records
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import (
@@ -53,7 +54,7 @@ from tidelog.metadata.records import (
     image_to_snapshot,
     metadata_record,
 )
-from tidelog.v1 import controller_pb2, metadata_pb2
+from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
 __all__ = [
     "ControllerConfig",
@@ -61,6 +62,7 @@ __all__ = [
     "ControllerResult",
     "ControllerStats",
     "ReplayOutcome",
+    "metadata_batch_bytes",
 ]
 
 T = TypeVar("T")
@@ -107,6 +109,21 @@ class ControllerStats:
     partitions: int
     offline_partitions: int
     pending_batches: int
+
+
+#: encode_batch's fields besides the records, at their largest: schema_version (tag + 5-byte
+#: varint) and append_time_ms (tag + 10-byte varint).
+_BATCH_HEADER_BYTES_MAX = 6 + 11
+
+
+def metadata_batch_bytes(records: Sequence[metadata_pb2.MetadataRecord]) -> int:
+    """The size ``records.encode_batch`` gives ``records``, or at most 17 bytes more: each
+    record's bytes with its field tag and length prefix, plus the header at its largest."""
+    total = _BATCH_HEADER_BYTES_MAX
+    for record in records:
+        size = record.ByteSize()
+        total += 1 + max(1, (size.bit_length() + 6) // 7) + size
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +303,32 @@ class ControllerLogic:
             self._pending.append(_Pending(base_offset, tuple(records)))
         return ControllerResult(tuple(records), response, base_offset, self._image.offset)
 
+    def _propose_admin(
+        self,
+        rpc: str,
+        records: Sequence[metadata_pb2.MetadataRecord],
+        response: R,
+        results: Iterable[ErrorFields],
+    ) -> ControllerResult[R]:
+        """Propose an admin request's records, or refuse the whole request when they would not
+        fit in one metadata batch (one Raft proposal, limits.METADATA_BATCH_BYTES_MAX): then
+        every result without an error of its own gets POLICY_VIOLATION naming the limit and the
+        request's size, and nothing is proposed (Kafka refuses oversized operations the same
+        way). Without this the Raft adapter refused the batch after it was already in the
+        speculative image, and later writes waited for a commit that never came."""
+        size = metadata_batch_bytes(records)
+        if size <= limits.METADATA_BATCH_BYTES_MAX:
+            return self._propose(records, response)
+        error = PolicyViolationError(
+            f"{rpc} would write {len(records):,} metadata records of {size:,} bytes; the "
+            f"controller commits a request as one metadata batch of at most "
+            f"{limits.METADATA_BATCH_BYTES_MAX:,} bytes: split it into smaller requests"
+        )
+        for result in results:
+            if result.error_code == common_pb2.ErrorCode.NONE:
+                set_error(result, error)
+        return self._propose([], response)
+
     def _not_active(self, response: R) -> ControllerResult[R]:
         set_error(response, NotControllerError(
             f"controller {self._node_id} is not the active controller"
@@ -320,28 +363,32 @@ class ControllerLogic:
     ) -> ControllerResult[controller_pb2.CreateTopicsResponse]:
         if not self._active:
             return self._not_active(controller_pb2.CreateTopicsResponse())
-        return self._propose(*self._replication.create_topics(self._image, request))
+        records, response = self._replication.create_topics(self._image, request)
+        return self._propose_admin("CreateTopics", records, response, response.topics)
 
     def handle_delete_topics(
         self, request: controller_pb2.DeleteTopicsRequest, now_ms: int
     ) -> ControllerResult[controller_pb2.DeleteTopicsResponse]:
         if not self._active:
             return self._not_active(controller_pb2.DeleteTopicsResponse())
-        return self._propose(*self._replication.delete_topics(self._image, request))
+        records, response = self._replication.delete_topics(self._image, request)
+        return self._propose_admin("DeleteTopics", records, response, response.topics)
 
     def handle_create_partitions(
         self, request: controller_pb2.CreatePartitionsRequest, now_ms: int
     ) -> ControllerResult[controller_pb2.CreatePartitionsResponse]:
         if not self._active:
             return self._not_active(controller_pb2.CreatePartitionsResponse())
-        return self._propose(*self._replication.create_partitions(self._image, request))
+        records, response = self._replication.create_partitions(self._image, request)
+        return self._propose_admin("CreatePartitions", records, response, response.topics)
 
     def handle_alter_configs(
         self, request: controller_pb2.AlterConfigsRequest, now_ms: int
     ) -> ControllerResult[controller_pb2.AlterConfigsResponse]:
         if not self._active:
             return self._not_active(controller_pb2.AlterConfigsResponse())
-        return self._propose(*self._configs.alter_configs(self._image, request))
+        records, response = self._configs.alter_configs(self._image, request)
+        return self._propose_admin("AlterConfigs", records, response, response.resources)
 
     def handle_describe_configs(
         self, request: controller_pb2.DescribeConfigsRequest, now_ms: int

@@ -46,6 +46,17 @@ TOPIC_NAME_LENGTH_MAX = 249
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_PER_REQUEST_MAX = 100_000
 REPLICATION_FACTOR_MAX = 16
+#: Partitions one CreateTopics or CreatePartitions request may create (Kafka's
+#: MAX_PARTITIONS_PER_BATCH, 10,000): its records are one metadata batch, committed at once.
+#: Past it the whole request is refused with POLICY_VIOLATION, before anything is placed.
+PARTITIONS_PER_CREATE_REQUEST_MAX = 10_000
+
+# --- metadata (controller) ------------------------------------------------------------------
+#: Bytes of one metadata record batch: one Raft proposal (controller.raft's
+#: RaftSettings.batch_bytes_max, which must be at least this). An admin request whose records
+#: would be larger is refused with POLICY_VIOLATION before anything is proposed. 10,000
+#: partitions at replication factor 3 take ~0.45 MiB.
+METADATA_BATCH_BYTES_MAX = 1024 * 1024
 
 # --- storage ---------------------------------------------------------------------------------
 #: Leader-epoch cache entries kept per partition (oldest dropped beyond it after truncation of
@@ -57,3 +68,4 @@ assert PARTITION_FETCH_BYTES_MAX_DEFAULT <= FETCH_BYTES_MAX_DEFAULT < GRPC_MESSA
 assert BATCH_UNCOMPRESSED_BYTES_MAX <= GRPC_MESSAGE_BYTES_MAX
 assert 1 <= FETCH_STREAM_IN_FLIGHT_MAX <= PRODUCE_STREAM_IN_FLIGHT_MAX
 assert STREAM_ANSWER_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX
+assert PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX

@@ -38,6 +38,7 @@ from tidelog.errors import (
     InvalidTopicError,
     InvalidUpdateVersionError,
     NotLeaderOrFollowerError,
+    PolicyViolationError,
     TidelogError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
@@ -90,6 +91,12 @@ class ReplicationControlManager:
             set_error(response, InvalidRequestError(
                 f"{len(request.topics)} topics in one request, above {TOPICS_PER_REQUEST_MAX}"
             ))
+            return [], response
+        requested = _requested_partitions(request, self._config.num_partitions)
+        if requested > limits.PARTITIONS_PER_CREATE_REQUEST_MAX:
+            error = _too_many_partitions("CreateTopics", requested)
+            for topic in request.topics:
+                set_error(response.topics.add(name=topic.name), error)
             return [], response
         counts = Counter(topic.name for topic in request.topics)
         collisions = {
@@ -259,6 +266,12 @@ class ReplicationControlManager:
             set_error(response, InvalidRequestError(
                 f"{len(request.topics)} topics in one request, above {TOPICS_PER_REQUEST_MAX}"
             ))
+            return [], response
+        requested = _added_partitions(image, request)
+        if requested > limits.PARTITIONS_PER_CREATE_REQUEST_MAX:
+            error = _too_many_partitions("CreatePartitions", requested)
+            for entry in request.topics:
+                set_error(response.topics.add(name=entry.name), error)
             return [], response
         counts = Counter(topic.name for topic in request.topics)
         records: Records = []
@@ -482,6 +495,36 @@ def _check_partition_count(num_partitions: int) -> None:
             f"number of partitions {num_partitions} is above the limit "
             f"{limits.PARTITIONS_PER_TOPIC_MAX}"
         )
+
+
+def _requested_partitions(request: controller_pb2.CreateTopicsRequest, default: int) -> int:
+    """Partitions a CreateTopics asks for, as Kafka's validateTotalNumberOfPartitions counts
+    them; a topic's own count is capped at the per-topic limit, whose check names it better."""
+    total = 0
+    for topic in request.topics:
+        count = len(topic.assignments) or (
+            default if topic.num_partitions == -1 else max(0, topic.num_partitions))
+        total += min(count, limits.PARTITIONS_PER_TOPIC_MAX)
+    return total
+
+
+def _added_partitions(image: MetadataImage, request: controller_pb2.CreatePartitionsRequest) -> int:
+    """Partitions a CreatePartitions would add to the topics that exist (capped per topic)."""
+    total = 0
+    for entry in request.topics:
+        topic = image.topics.get(entry.name)
+        if topic is not None:
+            count = min(entry.count, limits.PARTITIONS_PER_TOPIC_MAX)
+            total += max(0, count - topic.num_partitions)
+    return total
+
+
+def _too_many_partitions(rpc: str, requested: int) -> PolicyViolationError:
+    return PolicyViolationError(
+        f"{rpc} would create {requested:,} partitions; one request may create at most "
+        f"{limits.PARTITIONS_PER_CREATE_REQUEST_MAX:,} (the controller commits a request's "
+        "records as one metadata batch): split it into smaller requests"
+    )
 
 
 def _validate_topic_configs(
