@@ -31,9 +31,9 @@ log = logging.getLogger("tidelog.broker")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 #: What one ProduceStream / FetchStream may hold (see broker.stream_limits).
 PRODUCE_STREAM_LIMITS = StreamLimits(limits.PRODUCE_STREAM_IN_FLIGHT_MAX,
-                                     limits.STREAM_ANSWER_BYTES_MAX)
+                                     limits.STREAM_HELD_BYTES_MAX)
 FETCH_STREAM_LIMITS = StreamLimits(limits.FETCH_STREAM_IN_FLIGHT_MAX,
-                                   limits.STREAM_ANSWER_BYTES_MAX)
+                                   limits.STREAM_HELD_BYTES_MAX)
 
 
 def metadata_response(image: MetadataImage, topics: list[str], *, cluster_id: str,
@@ -140,8 +140,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         wait, so appends keep the stream's order); answers go out as they complete, with the
         request's correlation_id. When the client ends its side, the answers still owed are
         sent before the stream ends. What the stream holds is bounded (broker.stream_limits):
-        past PRODUCE_STREAM_IN_FLIGHT_MAX unanswered requests or STREAM_ANSWER_BYTES_MAX of
-        unsent answers, the broker stops reading it and gRPC pushes back on the client."""
+        past PRODUCE_STREAM_IN_FLIGHT_MAX unanswered requests or STREAM_HELD_BYTES_MAX of
+        requests and unsent answers, the broker stops reading it and gRPC pushes back."""
         plane = self.rt.data_plane
         if plane is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED,

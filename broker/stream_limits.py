@@ -7,7 +7,8 @@ compute every answer and hold them all, since gRPC takes an answer only as fast 
 (its flow control). :func:`serve_bounded` bounds two things per stream:
 
 - requests in flight: read, but their answer not yet taken by gRPC (``in_flight_max``);
-- bytes of answers computed and not yet taken by gRPC (``answer_bytes_max``).
+- bytes held: of requests read and still being handled, then of their answers until gRPC takes
+  them (``held_bytes_max``; a request's bytes are swapped for its answer's when it is done).
 
 Past either bound the broker stops *reading* the stream. The requests the client writes then
 fill gRPC's flow-control window and the client's writes wait: the push-back reaches the client
@@ -19,7 +20,7 @@ from these limits, only a pause while earlier requests finish.
 Answers go out as they complete (``ordered=False``: ProduceStream, matched by correlation id) or
 in request order (``ordered=True``: FetchStream, which has no correlation id). Each request is
 handled in its own task, started in arrival order. The limits are ``tidelog.limits``'
-``PRODUCE_STREAM_IN_FLIGHT_MAX``, ``FETCH_STREAM_IN_FLIGHT_MAX`` and ``STREAM_ANSWER_BYTES_MAX``;
+``PRODUCE_STREAM_IN_FLIGHT_MAX``, ``FETCH_STREAM_IN_FLIGHT_MAX`` and ``STREAM_HELD_BYTES_MAX``;
 ReplicaService.FetchStream can use the same helper with its own limits.
 """
 
@@ -37,19 +38,20 @@ class _Sized(Protocol):
     def ByteSize(self) -> int: ...
 
 
-Req = TypeVar("Req")
+Req = TypeVar("Req", bound=_Sized)
 Resp = TypeVar("Resp", bound=_Sized)
 
 
 @dataclass(frozen=True, slots=True)
 class StreamLimits:
-    """What one stream may hold: requests read and not answered, and answer bytes not sent."""
+    """What one stream may hold: requests read and not answered, and the bytes of those
+    requests and of their answers not yet sent."""
 
     in_flight_max: int
-    answer_bytes_max: int
+    held_bytes_max: int
 
     def __post_init__(self) -> None:
-        if self.in_flight_max < 1 or self.answer_bytes_max < 1:
+        if self.in_flight_max < 1 or self.held_bytes_max < 1:
             raise ValueError(f"stream limits must be positive: {self}")
 
 
@@ -64,7 +66,7 @@ class _Gate:
 
     def is_open(self) -> bool:
         return (self.in_flight < self._limits.in_flight_max
-                and self.held_bytes < self._limits.answer_bytes_max)
+                and self.held_bytes < self._limits.held_bytes_max)
 
     async def wait_open(self) -> None:
         while not self.is_open():
@@ -98,10 +100,10 @@ async def serve_bounded(
     tasks: set[asyncio.Task[tuple[Resp, int]]] = set()
     loop = asyncio.get_running_loop()
 
-    async def answer(request: Req) -> tuple[Resp, int]:
+    async def answer(request: Req, request_size: int) -> tuple[Resp, int]:
         response = await handle(request)
         size = response.ByteSize()
-        gate.held_bytes += size
+        gate.held_bytes += size - request_size
         return response, size
 
     def on_done(task: asyncio.Task[tuple[Resp, int]]) -> None:
@@ -120,7 +122,9 @@ async def serve_bounded(
                 except StopAsyncIteration:
                     break
                 gate.in_flight += 1
-                task = loop.create_task(answer(request))
+                request_size = request.ByteSize()
+                gate.held_bytes += request_size
+                task = loop.create_task(answer(request, request_size))
                 tasks.add(task)
                 task.add_done_callback(on_done)
                 if ordered:

@@ -37,9 +37,9 @@ PRODUCE_STREAM_IN_FLIGHT_MAX = 64
 #: The same for one FetchStream: fetches are answered in order, one at a time (a consumer or
 #: follower sends the next fetch after reading the answer to the last).
 FETCH_STREAM_IN_FLIGHT_MAX = 1
-#: Bytes of answers computed but not yet taken by gRPC on one stream (a client that sends and
-#: never reads): past it the broker reads no further request on that stream.
-STREAM_ANSWER_BYTES_MAX = 16 * 1024 * 1024
+#: Bytes one stream holds: requests being handled, then their answers until gRPC takes them (a
+#: client that sends and never reads): past it the broker reads no further request on it.
+STREAM_HELD_BYTES_MAX = 16 * 1024 * 1024
 
 # --- topics and partitions -------------------------------------------------------------------
 TOPIC_NAME_LENGTH_MAX = 249
@@ -67,5 +67,5 @@ assert MESSAGE_BYTES_MAX <= MESSAGE_BYTES_MAX_CONFIGURABLE < GRPC_MESSAGE_BYTES_
 assert PARTITION_FETCH_BYTES_MAX_DEFAULT <= FETCH_BYTES_MAX_DEFAULT < GRPC_MESSAGE_BYTES_MAX
 assert BATCH_UNCOMPRESSED_BYTES_MAX <= GRPC_MESSAGE_BYTES_MAX
 assert 1 <= FETCH_STREAM_IN_FLIGHT_MAX <= PRODUCE_STREAM_IN_FLIGHT_MAX
-assert STREAM_ANSWER_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX
+assert STREAM_HELD_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX
 assert PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX
