@@ -18,6 +18,7 @@ How the quorum loop uses it (one thread or task; nothing here is thread-safe):
    committed offset reaches ``result.response_offset`` -- and, when there were records, only if
    the batch committed at ``result.base_offset`` (``outcome.own`` and ``outcome.base_offset``).
 4. Periodically: ``logic.maybe_fence_stale_brokers(now_ms)``; propose its records if any.
+   Every ``now_ms`` here is a monotonic clock's: it only measures broker sessions.
 5. If a proposal fails, or ``outcome.diverged`` (a batch this controller did not propose, or not
    in the order it did, committed while it was active): call ``abandon_pending()`` if it did not
    already happen, and answer every outstanding request NOT_CONTROLLER (retriable). Their records

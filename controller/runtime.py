@@ -60,7 +60,14 @@ assert FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX
 Resp = TypeVar("Resp")
 
 
-def now_ms() -> int:
+def monotonic_ms() -> int:
+    """The clock of every duration on the controller (broker sessions, fencing): it never
+    steps, so setting the wall clock neither fences live brokers nor keeps dead ones unfenced."""
+    return int(time.monotonic() * 1000)
+
+
+def wall_clock_ms() -> int:
+    """Wall-clock time, only for timestamps stored for people (a batch's append_time_ms)."""
     return int(time.time() * 1000)
 
 
@@ -248,7 +255,7 @@ class ControllerRuntime:
             try:
                 await self._commit([noop], leader_epoch)
                 with self._lock:
-                    result = self.logic.on_become_active(now_ms())
+                    result = self.logic.on_become_active(monotonic_ms())
                 await self._commit(list(result.records), leader_epoch)
             except (TimeoutError, ProposeError) as e:
                 log.info("controller %d could not activate yet: %s", self.node_id, e)
@@ -265,7 +272,7 @@ class ControllerRuntime:
     # ----------------------------------------------------------- write path (event loop)
     async def _commit(self, records: list[metadata_pb2.MetadataRecord], leader_epoch: int) -> int:
         """Propose records as one batch; returns the metadata base offset it committed at."""
-        batch = metadata_records.encode_batch(records, append_time_ms=now_ms())
+        batch = metadata_records.encode_batch(records, append_time_ms=wall_clock_ms())
         future = self.quorum.propose(batch, leader_epoch=leader_epoch,
                                      timeout_ms=COMMIT_TIMEOUT_MS)
         index = await asyncio.wrap_future(future)
@@ -292,7 +299,7 @@ class ControllerRuntime:
             return self._not_controller(response_type)
         epoch = self._leader_epoch
         with self._lock:
-            result = handler(request, now_ms())
+            result = handler(request, monotonic_ms())
         try:
             if result.records:
                 base = await self._commit(list(result.records), epoch)
@@ -334,7 +341,7 @@ class ControllerRuntime:
     def read(self, handler: Callable[[Any, int], ControllerResult[Resp]], request: Any) -> Resp:
         """A read-only handler, answered from this controller's own image."""
         with self._lock:
-            return handler(request, now_ms()).response
+            return handler(request, monotonic_ms()).response
 
     def controller_hint(self) -> common_pb2.ControllerHint:
         leader = self.quorum.leader_address()
@@ -366,7 +373,7 @@ class ControllerRuntime:
                 continue
             epoch = self._leader_epoch
             with self._lock:
-                result = self.logic.maybe_fence_stale_brokers(now_ms())
+                result = self.logic.maybe_fence_stale_brokers(monotonic_ms())
             if not result.records:
                 continue
             try:

@@ -3,6 +3,9 @@ BrokerHeartbeatManager).
 
 Only the active controller keeps it, and only decisions made from it (fence, unfence, controlled
 shutdown) become records. It is a plain object driven by ``now_ms`` arguments: no clock, no timer.
+``now_ms`` must come from a monotonic clock (the runtime passes ``time.monotonic``'s): sessions
+are durations, and on the wall clock a step forward fenced every live broker while a step back
+kept a dead one unfenced for as long as the step. Nothing here is stored in records.
 A new active controller starts every registered broker with a fresh session (``reset``), as Kafka
 does, so a failover never fences a healthy broker just because its heartbeats went elsewhere.
 """
