@@ -83,10 +83,14 @@ import enum
 import functools
 import gzip
 import hashlib
+import hmac
+import io
 import logging
 import math
 import os
 import pickle
+import secrets
+import socket
 import struct
 import threading
 import time
@@ -101,7 +105,10 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.node import Node
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.syncobj import _COMMAND_TYPE
+from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive
 from pysyncobj.transport import Transport
+
+from tidelog.cluster_secret import derive_key, is_loopback
 
 __all__ = [
     "FailReason",
@@ -130,6 +137,9 @@ _ENVELOPE_PICKLE_PROTOCOL = 4
 _ENVELOPE_BYTES_MAX = 64
 #: pysyncobj's command-type byte for a call of a replicated method.
 _REGULAR_COMMAND_PREFIX = bytes([_COMMAND_TYPE.REGULAR])
+#: Largest frame of the Raft transport (sequence number, MAC and payload); a peer announcing a
+#: bigger one is disconnected. RaftSettings keeps what pysyncobj sends below it.
+_FRAME_BYTES_MAX = 16 * 1024 * 1024
 
 #: Proposals handed to pysyncobj per tick. pysyncobj drains its queue for at most one
 #: append-entries period per tick; one left in its queue across a tick may meet a leadership
@@ -285,6 +295,13 @@ class RaftSettings:
             raise ValueError("proposals_in_flight_max and propose_timeout_ms must be positive")
         if self.tick_period_s <= 0 or self.snapshot_chunk_bytes <= 0:
             raise ValueError("tick_period_s and snapshot_chunk_bytes must be positive")
+        # An append_entries message holds entries adding up to less than
+        # append_entries_bytes_max plus one batch; pickling adds well under 1.5x even for the
+        # smallest entries (~20 bytes of command each). A snapshot chunk is one file read.
+        if 3 * self.append_entries_bytes_max + self.batch_bytes_max > _FRAME_BYTES_MAX \
+                or 2 * self.snapshot_chunk_bytes > _FRAME_BYTES_MAX:
+            raise ValueError(f"append_entries_bytes_max or snapshot_chunk_bytes is too large "
+                             f"for the Raft transport's frames of {_FRAME_BYTES_MAX} bytes")
 
 
 class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
@@ -355,12 +372,19 @@ class RaftQuorum:
         state_machine: StateMachine,
         *,
         settings: RaftSettings,
-        password: str | None = None,
+        bind_address: str | None = None,
+        cluster_secret: str | None = None,
         on_leadership_change: Callable[[bool, int], None] | None = None,
     ) -> None:
         peers = [p for p in peer_addresses if p != self_address]
         if len(set(peers)) != len(peers):
             raise ValueError(f"duplicate peer addresses: {list(peer_addresses)}")
+        #: Where the Raft port listens: exactly this host:port (never a wildcard by default).
+        self.bind_address = bind_address or self_address
+        bind_host = self.bind_address.rsplit(":", 1)[0].strip("[]")
+        if cluster_secret is None and not is_loopback(bind_host):
+            raise ValueError(f"raft node {node_id}: binding {self.bind_address} (not loopback) "
+                             f"needs a cluster secret")
         self.node_id = node_id
         self.self_address = self_address
         self.peer_addresses: tuple[str, ...] = tuple(sorted(peers))
@@ -395,8 +419,16 @@ class RaftQuorum:
         start_error: list[BaseException] = []
         # A daemon, so a process that forgets close() still exits (as pysyncobj's own thread
         # ends with the main thread); the journal is then as after kill -9.
+        if cluster_secret is None:
+            logger.warning(
+                "raft node %d: no cluster secret: the Raft transport's handshake proves only "
+                "that a peer can reach %s (loopback); set cluster_secret_file before binding "
+                "anything else", node_id, self.bind_address)
+            key = _NO_SECRET_KEY
+        else:
+            key = derive_key(cluster_secret, "raft")
         self._thread = threading.Thread(
-            target=self._run, args=(password, started, start_error),
+            target=self._run, args=(key, started, start_error),
             name=f"raft-{node_id}", daemon=True,
         )
         self._thread.start()
@@ -558,6 +590,12 @@ class RaftQuorum:
             return counts
         return {}
 
+    def transport_refusals(self) -> int:
+        """Connections the Raft transport refused since start (not a voter, failed handshake
+        or frame, too many handshakes); each is logged, rate-limited."""
+        obj = self._syncobj
+        return 0 if obj is None else int(obj._SyncObj__transport._refusals.total)
+
     def status(self) -> dict[str, Any]:
         """A point-in-time view for DescribeQuorum, /readyz and metrics (fields read separately,
         so not one atomic snapshot)."""
@@ -579,6 +617,7 @@ class RaftQuorum:
             "proposals_in_flight": in_flight,
             "peer_match_index": self.peer_match_index(),
             "pysyncobj_patches": self.patch_counts(),
+            "transport_refused": self.transport_refusals(),
             "running": self._thread.is_alive(),
             "failure": None if self._failure is None else repr(self._failure),
         }
@@ -603,14 +642,15 @@ class RaftQuorum:
 
     # ------------------------------------------------------------------ tick thread: lifecycle
 
-    def _run(self, password: str | None, started: threading.Event,
+    def _run(self, key: bytes, started: threading.Event,
              start_error: list[BaseException]) -> None:
         try:
             consumer = _AppendConsumer(self._apply_committed)
             self._syncobj = _TidelogSyncObj(
-                self.self_address, list(self.peer_addresses), self._build_conf(password),
+                self.self_address, list(self.peer_addresses), self._build_conf(),
                 consumers=[consumer],
-                transportClass=_make_transport_class(self._settings, self._on_forward_attempt),
+                transportClass=_make_transport_class(self._settings, self._on_forward_attempt,
+                                                     key=key),
             )
             method_name = self._syncobj._getFuncName((id(consumer), "append"))
             method_id = self._syncobj._methodToID[(id(consumer), method_name)]
@@ -621,8 +661,9 @@ class RaftQuorum:
             started.set()
             return
         started.set()
-        logger.info("raft node %d started at %s with peers %s", self.node_id,
-                    self.self_address, list(self.peer_addresses))
+        logger.info("raft node %d started at %s (listening on %s) with peers %s",
+                    self.node_id, self.self_address, self.bind_address,
+                    list(self.peer_addresses))
         try:
             self._tick_loop()
         finally:
@@ -663,12 +704,14 @@ class RaftQuorum:
         logger.info("raft node %d stopped%s", self.node_id,
                     "" if self._failure is None else f" after failure: {self._failure!r}")
 
-    def _build_conf(self, password: str | None) -> SyncObjConf:
+    def _build_conf(self) -> SyncObjConf:
         s = self._settings
         # Every SyncObjConf field is given, so an upgrade's changed default changes nothing here
         # (a unit test checks that none is left out).
         return SyncObjConf(
-            password=password,
+            # pysyncobj's own encryption is never used: our transport authenticates every
+            # connection and frame itself (see _make_transport_class).
+            password=None,
             autoTick=False,  # our thread ticks: see the module docstring
             autoTickPeriod=s.tick_period_s,
             commandsQueueSize=s.proposals_in_flight_max,
@@ -680,7 +723,7 @@ class RaftQuorum:
             leaderFallbackTimeout=s.leader_fallback_timeout_s,
             appendEntriesUseBatch=False,  # send each append at once: ~2k vs ~10 sync ops/s
             appendEntriesBatchSizeBytes=s.append_entries_bytes_max,
-            bindAddress=None,  # bind the host of self_address
+            bindAddress=self.bind_address,  # our transport binds exactly this
             preferredAddrType="ipv4",
             sendBufferSize=s.socket_buffer_bytes,
             recvBufferSize=s.socket_buffer_bytes,
@@ -897,11 +940,663 @@ class RaftQuorum:
 
 
 # ------------------------------------------------------------------------------ transport
+#
+# The wire between controllers (the module docstring, "Transport", says what and why). pysyncobj's
+# own TcpConnection unpickles whatever arrives and its TCPTransport answers utility messages and
+# admits read-only nodes: here a connection runs a handshake first, every frame after it carries
+# a sequence number and a MAC checked before anything is decoded, and payloads are read by an
+# unpickler that builds no object but dicts, lists, tuples, str, bytes, ints, bools and None.
+
+#: Key of the handshake and frames when no cluster secret is set (loopback-only dev configs):
+#: everything still runs, but it proves only that the peer can reach this loopback address.
+_NO_SECRET_KEY = hashlib.sha256(b"tidelog/v1/raft/no-cluster-secret").digest()
+_WIRE_MAGIC = b"TLRAFT01"
+_HELLO, _CHALLENGE, _PROOF = b"H", b"C", b"P"
+_NONCE_BYTES = 32
+_MAC_BYTES = 32
+_ADDRESS_BYTES_MAX = 255
+_FRAME_LENGTH = struct.Struct(">I")
+_FRAME_SEQ = struct.Struct(">Q")
+#: Largest handshake frame (magic, kind, nonce, two addresses: at most 554 bytes).
+_HANDSHAKE_FRAME_BYTES_MAX = 1024
+#: Incoming connections still in their handshake; more are closed as soon as accepted.
+_PENDING_HANDSHAKES_MAX = 16
+#: A refusal is logged the first time per (peer host, reason), then at most once per interval.
+_REFUSAL_LOG_INTERVAL_S = 60.0
+_REFUSAL_LOG_KEYS_MAX = 1_000
+#: The keepalive's message type (see _make_transport_class).
+_KEEPALIVE_TYPE = "tidelog_keepalive"
+#: pysyncobj's no-op log entry, as it writes it (a command-type byte alone).
+_NO_OP_COMMAND = bytes([_COMMAND_TYPE.NO_OP])
+#: Integer fields each carried message type must have; no other type is carried. pysyncobj's
+#: apply_command(_response) (forwarding, refused by our transport) and its utility messages are
+#: not among them.
+_MESSAGE_INT_FIELDS: dict[str, tuple[str, ...]] = {
+    "append_entries": ("term", "commit_index"),
+    "next_node_idx": ("next_node_idx",),
+    "request_vote": ("term", "last_log_index", "last_log_term"),
+    "response_vote": ("term",),
+    "timeout_now": ("term",),
+    _KEEPALIVE_TYPE: (),
+}
 
 
-def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[Any], None],
-                          ) -> type:
-    """pysyncobj's TCP transport with three changes.
+class _PeerRefused(Exception):
+    """A peer, handshake or frame the transport refuses: the connection is closed and logged."""
+
+
+def _mac(key: bytes, label: bytes, data: bytes) -> bytes:
+    return hmac.new(key, label + data, hashlib.sha256).digest()
+
+
+def _pack_address(address: str) -> bytes:
+    raw = address.encode()
+    if len(raw) > _ADDRESS_BYTES_MAX:
+        raise ValueError(f"raft address {address!r} is longer than {_ADDRESS_BYTES_MAX} bytes")
+    return bytes([len(raw)]) + raw
+
+
+def _unpack_addresses(data: bytes, count: int) -> list[str]:
+    """``count`` length-prefixed addresses filling ``data`` exactly."""
+    addresses, offset = [], 0
+    for _ in range(count):
+        if offset >= len(data) or offset + 1 + data[offset] > len(data):
+            raise _PeerRefused("malformed handshake: an address runs past the end")
+        raw = data[offset + 1:offset + 1 + data[offset]]
+        offset += 1 + len(raw)
+        try:
+            addresses.append(raw.decode())
+        except UnicodeDecodeError:
+            raise _PeerRefused("malformed handshake: an address is not UTF-8") from None
+    if offset != len(data):
+        raise _PeerRefused("malformed handshake: trailing bytes")
+    return addresses
+
+
+def _transcript(dialer_nonce: bytes, listener_nonce: bytes, dialer: str, listener: str) -> bytes:
+    return (_WIRE_MAGIC + dialer_nonce + listener_nonce + _pack_address(dialer)
+            + _pack_address(listener))
+
+
+class _FrameCodec:
+    """Seals and opens one connection's data frames: length, sequence number, MAC, payload.
+
+    The MAC is HMAC-SHA256 under this direction's session key over the sequence number and the
+    payload; ``open`` checks it, then that the sequence number is the next one expected, before
+    returning the payload. Bytes in, bytes out: no sockets.
+    """
+
+    def __init__(self, *, send_key: bytes, receive_key: bytes) -> None:
+        self._send_key = send_key
+        self._receive_key = receive_key
+        self._send_seq = 0
+        self._receive_seq = 0
+
+    @classmethod
+    def for_session(cls, key: bytes, transcript: bytes, *, dialer: bool) -> _FrameCodec:
+        session = _mac(key, b"session", transcript)
+        to_listener = _mac(session, b"dialer to listener", b"")
+        to_dialer = _mac(session, b"listener to dialer", b"")
+        if dialer:
+            return cls(send_key=to_listener, receive_key=to_dialer)
+        return cls(send_key=to_dialer, receive_key=to_listener)
+
+    def seal(self, payload: bytes) -> bytes:
+        """The whole frame for ``payload`` (ValueError if it would exceed _FRAME_BYTES_MAX)."""
+        body_length = _FRAME_SEQ.size + _MAC_BYTES + len(payload)
+        if body_length > _FRAME_BYTES_MAX:
+            raise ValueError(f"a frame of {body_length} bytes exceeds {_FRAME_BYTES_MAX}")
+        seq = _FRAME_SEQ.pack(self._send_seq)
+        self._send_seq += 1
+        mac = hmac.new(self._send_key, seq, hashlib.sha256)
+        mac.update(payload)
+        return _FRAME_LENGTH.pack(body_length) + seq + mac.digest() + payload
+
+    def open(self, body: bytes) -> bytes:
+        """The payload of one frame body (after its length), or _PeerRefused."""
+        header = _FRAME_SEQ.size + _MAC_BYTES
+        if len(body) < header:
+            raise _PeerRefused(f"a frame of {len(body)} bytes is shorter than its header")
+        seq_bytes, mac, payload = body[:_FRAME_SEQ.size], body[_FRAME_SEQ.size:header], \
+            body[header:]
+        expected = hmac.new(self._receive_key, seq_bytes, hashlib.sha256)
+        expected.update(payload)
+        if not hmac.compare_digest(mac, expected.digest()):
+            raise _PeerRefused("a frame failed its MAC")
+        (seq,) = _FRAME_SEQ.unpack(seq_bytes)
+        if seq != self._receive_seq:
+            raise _PeerRefused(f"frame sequence number {seq}, expected {self._receive_seq} "
+                               f"(replayed or reordered)")
+        self._receive_seq += 1
+        return payload
+
+
+class _Handshake:
+    """One side of a connection's handshake, as bytes in and bytes out (no I/O).
+
+    The dialer sends HELLO (its nonce, its voter address, the address it dialled). The listener
+    refuses an address that is not its own or a peer that is not a voter allowed to dial it,
+    and answers CHALLENGE (its nonce and its proof). The dialer checks that proof and sends
+    PROOF (its own). A proof is HMAC-SHA256 under the Raft key over a direction label and the
+    transcript (magic, both nonces, both addresses), so it is valid for neither the other
+    direction nor another connection; the session keys come from the same transcript.
+    """
+
+    def __init__(self, key: bytes, *, self_address: str, dial_address: str | None,
+                 accept_peer: Callable[[str], str | None], nonce: bytes | None = None) -> None:
+        self._key = key
+        self._self_address = self_address
+        self._accept_peer = accept_peer
+        self._nonce = nonce if nonce is not None else secrets.token_bytes(_NONCE_BYTES)
+        self.is_dialer = dial_address is not None
+        #: The peer's voter address: the one dialled, or the one a HELLO claimed.
+        self.peer_address = dial_address
+        self._transcript = b""
+        self._state = "start" if self.is_dialer else "await_hello"
+
+    def hello(self) -> bytes:
+        if self._state != "start" or self.peer_address is None:
+            raise RuntimeError("hello() is the dialer's first step only")
+        self._state = "await_challenge"
+        return (_WIRE_MAGIC + _HELLO + self._nonce + _pack_address(self._self_address)
+                + _pack_address(self.peer_address))
+
+    def receive(self, body: bytes) -> tuple[bytes | None, _FrameCodec | None]:
+        """Takes one handshake frame; returns (the frame to answer with, the frame codec once
+        this side is done). Raises _PeerRefused for anything but the next expected step."""
+        if body[:len(_WIRE_MAGIC)] != _WIRE_MAGIC:
+            raise _PeerRefused("not a Tidelog Raft handshake (wrong magic)")
+        kind, rest = body[len(_WIRE_MAGIC):len(_WIRE_MAGIC) + 1], body[len(_WIRE_MAGIC) + 1:]
+        if self._state == "await_hello" and kind == _HELLO:
+            return self._on_hello(rest), None
+        if self._state == "await_challenge" and kind == _CHALLENGE:
+            return self._on_challenge(rest)
+        if self._state == "await_proof" and kind == _PROOF:
+            return None, self._on_proof(rest)
+        raise _PeerRefused(f"unexpected handshake message {kind!r} (state {self._state})")
+
+    def _on_hello(self, rest: bytes) -> bytes:
+        nonce = rest[:_NONCE_BYTES]
+        if len(nonce) != _NONCE_BYTES:
+            raise _PeerRefused("malformed handshake: short nonce")
+        dialer, listener = _unpack_addresses(rest[_NONCE_BYTES:], 2)
+        self.peer_address = dialer
+        if listener != self._self_address:
+            raise _PeerRefused(f"it dialled {listener!r}, but this node is {self._self_address!r}")
+        reason = self._accept_peer(dialer)
+        if reason is not None:
+            raise _PeerRefused(reason)
+        self._transcript = _transcript(nonce, self._nonce, dialer, self._self_address)
+        self._state = "await_proof"
+        return _WIRE_MAGIC + _CHALLENGE + self._nonce + \
+            _mac(self._key, b"listener proof", self._transcript)
+
+    def _on_challenge(self, rest: bytes) -> tuple[bytes, _FrameCodec]:
+        if len(rest) != _NONCE_BYTES + _MAC_BYTES or self.peer_address is None:
+            raise _PeerRefused("malformed handshake: challenge of the wrong length")
+        transcript = _transcript(self._nonce, rest[:_NONCE_BYTES], self._self_address,
+                                 self.peer_address)
+        if not hmac.compare_digest(rest[_NONCE_BYTES:],
+                                   _mac(self._key, b"listener proof", transcript)):
+            raise _PeerRefused("the listener failed authentication (another cluster secret?)")
+        self._state = "done"
+        return (_WIRE_MAGIC + _PROOF + _mac(self._key, b"dialer proof", transcript),
+                _FrameCodec.for_session(self._key, transcript, dialer=True))
+
+    def _on_proof(self, rest: bytes) -> _FrameCodec:
+        if not hmac.compare_digest(rest, _mac(self._key, b"dialer proof", self._transcript)):
+            raise _PeerRefused("the dialer failed authentication (another cluster secret?)")
+        self._state = "done"
+        return _FrameCodec.for_session(self._key, self._transcript, dialer=False)
+
+
+class _MessageUnpickler(pickle.Unpickler):
+    """Builds no object that needs a global: every GLOBAL, STACK_GLOBAL, INST, EXT and
+    persistent id is refused, and without them REDUCE, NEWOBJ and BUILD have nothing to call.
+    What remains is dicts, lists, tuples, sets, str, bytes, numbers, bools and None."""
+
+    def find_class(self, module_name: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refused global {module_name}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused persistent id")
+
+
+def _restricted_loads(data: bytes) -> Any:
+    """Unpickles ``data`` with _MessageUnpickler; _PeerRefused for anything else or extra."""
+    stream = io.BytesIO(data)
+    try:
+        value = _MessageUnpickler(stream).load()
+    except Exception as exc:  # pickle raises many types on malformed input
+        raise _PeerRefused(f"undecodable payload: {type(exc).__name__}: {exc}") from None
+    if stream.tell() != len(data):
+        raise _PeerRefused("undecodable payload: trailing bytes")
+    return value
+
+
+def _encode_message(message: Any) -> bytes:
+    # Protocol 4 stores bytes raw (BINBYTES): pysyncobj's messages then need no global at all
+    # (its own protocol 2 turns bytes into a call of _codecs.encode).
+    return pickle.dumps(message, protocol=_ENVELOPE_PICKLE_PROTOCOL)
+
+
+def _decode_message(payload: bytes) -> dict[str, Any]:
+    """A message from an authenticated peer, or _PeerRefused if it is not one we carry."""
+    message = _restricted_loads(payload)
+    if not isinstance(message, dict):
+        raise _PeerRefused(f"a {type(message).__name__} is not a message")
+    kind = message.get("type")
+    fields = _MESSAGE_INT_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None:
+        raise _PeerRefused(f"message type {kind!r} is not one the Raft transport carries")
+    for name in fields:
+        if type(message.get(name)) is not int:
+            raise _PeerRefused(f"{kind} without an integer {name!r}")
+    if kind == "next_node_idx" and not (type(message.get("reset")) is bool
+                                        and type(message.get("success")) is bool):
+        raise _PeerRefused("next_node_idx without booleans 'reset' and 'success'")
+    if kind == "append_entries":
+        _check_append_entries(message)
+    return message
+
+
+def _check_append_entries(message: dict[str, Any]) -> None:
+    if "transmission" in message:
+        # pysyncobj's chunks of one large entry, which it joins and unpickles unrestricted;
+        # RaftSettings keeps every entry small enough that the leader never sends them.
+        raise _PeerRefused("append_entries in chunks ('transmission') is not carried")
+    if "prevLogIdx" in message:
+        if type(message["prevLogIdx"]) is not int or type(message.get("prevLogTerm")) is not int:
+            raise _PeerRefused("append_entries without integer prevLogIdx and prevLogTerm")
+        entries = message.get("entries")
+        if type(entries) is not list:
+            raise _PeerRefused("append_entries without a list of entries")
+        for entry in entries:
+            _check_entry(entry)
+    elif "serialized" in message:
+        chunk = message["serialized"]
+        if chunk is not None and not (type(chunk) is tuple and len(chunk) == 3
+                                      and type(chunk[0]) is bytes and type(chunk[1]) is bool
+                                      and type(chunk[2]) is bool):
+            raise _PeerRefused("append_entries with a snapshot chunk that is not "
+                               "(bytes, bool, bool)")
+    else:
+        raise _PeerRefused("append_entries with neither entries nor a snapshot chunk")
+
+
+def _check_entry(entry: Any) -> None:
+    """A log entry is (command, index, term) whose command is pysyncobj's no-op or our
+    ``append`` envelope: pysyncobj unpickles a command unrestricted when it applies it, so a
+    command is decoded here first with the restricted unpickler and its shape checked."""
+    if not (type(entry) is tuple and len(entry) == 3 and type(entry[0]) is bytes
+            and type(entry[1]) is int and type(entry[2]) is int):
+        raise _PeerRefused("a log entry that is not (bytes, int, int)")
+    command = entry[0]
+    if command == _NO_OP_COMMAND:
+        return
+    if command[:1] != _REGULAR_COMMAND_PREFIX:
+        raise _PeerRefused(f"log entry {entry[1]} has command type {command[:1]!r}: only "
+                           f"append and no-op entries are carried")
+    call = _restricted_loads(command[1:])
+    if not (type(call) is tuple and len(call) == 2 and call[0] == _APPEND_METHOD_ID
+            and type(call[1]) is tuple and len(call[1]) == 1 and type(call[1][0]) is bytes):
+        raise _PeerRefused(f"log entry {entry[1]} is not a call of append(batch)")
+
+
+class _Refusals:
+    """Counts refused connections and logs them, rate-limited per (peer host, reason)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def record(self, remote: str, claimed: str | None, reason: str) -> None:
+        self.total += 1
+        key = (remote.rsplit(":", 1)[0], reason)
+        now = time.monotonic()
+        last, suppressed = self._logged.get(key, (-math.inf, 0))
+        if now - last < _REFUSAL_LOG_INTERVAL_S:
+            self._logged[key] = (last, suppressed + 1)
+            return
+        if len(self._logged) >= _REFUSAL_LOG_KEYS_MAX:
+            self._logged.clear()
+        self._logged[key] = (now, 0)
+        logger.warning("raft: refused the connection with %s (voter address %s): %s%s", remote,
+                       claimed or "not given", reason,
+                       f" ({suppressed} more like it not logged)" if suppressed else "")
+
+
+def _remote_of(sock: socket.socket) -> str:
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return "?"
+    return f"{peer[0]}:{peer[1]}"
+
+
+class _RaftConnection:
+    """pysyncobj's TcpConnection as TCPTransport uses it, over the handshake and frames.
+
+    Nothing reaches pysyncobj before the handshake is done: the dialer reports "connected" and
+    the listener "authenticated" only then. A frame's length is checked against the limit of
+    the connection's state before it is buffered whole, and its MAC and sequence number before
+    its payload is decoded. Any refusal closes the connection (``on_refused`` logs it);
+    pysyncobj redials as after any lost connection.
+    """
+
+    def __init__(self, poller: Any, new_handshake: Callable[[], _Handshake], *,
+                 sock: socket.socket | None, timeout_s: float, buffer_bytes: int,
+                 keepalive: tuple[int, int, int] | None,
+                 on_refused: Callable[[_RaftConnection, str], None]) -> None:
+        # TCPTransport sets these for pysyncobj's own encryption, which is never on here.
+        self.encryptor = None
+        self.sendRandKey = None
+        self.recvRandKey = None
+        self._poller = poller
+        self._new_handshake = new_handshake
+        self._handshake = new_handshake()
+        self._codec: _FrameCodec | None = None
+        self._timeout_s = timeout_s
+        self._buffer_bytes = buffer_bytes
+        self._keepalive = keepalive
+        self._on_refused = on_refused
+        self._read_buffer = bytearray()
+        self._write_buffer = bytearray()
+        self._last_read = self._handshake_deadline = 0.0
+        self._on_connected: Callable[[], None] | None = None
+        self._on_message: Callable[[Any], None] | None = None
+        self._on_disconnected: Callable[[], None] | None = None
+        #: The listener's: called with the peer's voter address once it has proved it.
+        self.on_authenticated: Callable[[str], None] | None = None
+        self._socket: socket.socket | None = None
+        self._fileno: int | None = None
+        self._state = CONNECTION_STATE.DISCONNECTED
+        self._tcp_connected = False
+        self.remote = "?"
+        if sock is not None:  # accepted by the listener: the handshake waits for a HELLO
+            self._open(sock, tcp_connected=True)
+
+    # --- what TCPTransport calls
+
+    @property
+    def state(self) -> int:
+        return int(self._state)
+
+    @property
+    def claimed_address(self) -> str | None:
+        return self._handshake.peer_address
+
+    def fileno(self) -> int | None:
+        return self._fileno
+
+    def setOnConnectedCallback(self, callback: Callable[[], None]) -> None:
+        self._on_connected = callback
+
+    def setOnMessageReceivedCallback(self, callback: Callable[[Any], None]) -> None:
+        self._on_message = callback
+
+    def setOnDisconnectedCallback(self, callback: Callable[[], None]) -> None:
+        self._on_disconnected = callback
+
+    def getSendBufferSize(self) -> int:
+        return len(self._write_buffer)
+
+    def connect(self, host: str | None, port: int) -> bool:
+        if host is None:
+            return False
+        self.disconnect()
+        self._handshake = self._new_handshake()
+        try:
+            sock = socket.socket(_getAddrType(host), socket.SOCK_STREAM)
+        except Exception:
+            return False
+        try:
+            sock.setblocking(False)
+            sock.connect((host, port))
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            sock.close()
+            return False
+        self._open(sock, tcp_connected=False)
+        return True
+
+    def send(self, message: Any) -> None:
+        if self._codec is None or self._state != CONNECTION_STATE.CONNECTED:
+            return
+        try:
+            frame = self._codec.seal(_encode_message(message))
+        except (ValueError, pickle.PicklingError) as exc:
+            kind = message.get("type") if isinstance(message, dict) else type(message).__name__
+            logger.error("raft: cannot send a %s message to %s: %s; closing the connection",
+                         kind, self.claimed_address, exc)
+            self.disconnect()
+            return
+        self._write_buffer += frame
+        self._flush()
+
+    def disconnect(self) -> None:
+        notify = self._on_disconnected is not None \
+            and self._state != CONNECTION_STATE.DISCONNECTED
+        if self._fileno is not None:
+            self._poller.unsubscribe(self._fileno)
+            self._fileno = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        self._read_buffer.clear()
+        self._write_buffer.clear()
+        self._codec = None
+        self._state = CONNECTION_STATE.DISCONNECTED
+        if notify and self._on_disconnected is not None:
+            self._on_disconnected()
+
+    def check_timeout(self, now: float) -> None:
+        """Called every tick: a handshake that is not done in time, or a connection with
+        nothing read for timeout_s, is closed (pysyncobj checked only when it sent)."""
+        if self._state == CONNECTION_STATE.CONNECTING and now > self._handshake_deadline:
+            if self._handshake.is_dialer:
+                self.disconnect()  # a peer that is down or paused: redialled, not an attack
+            else:
+                self._refuse(f"handshake not done within {self._timeout_s} s")
+        elif self._state == CONNECTION_STATE.CONNECTED and \
+                now - self._last_read > self._timeout_s:
+            self.disconnect()
+
+    # --- I/O
+
+    def _open(self, sock: socket.socket, *, tcp_connected: bool) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer_bytes)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer_bytes)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._keepalive is not None:
+            set_keepalive(sock, *self._keepalive)
+        self._socket = sock
+        self._fileno = sock.fileno()
+        self._state = CONNECTION_STATE.CONNECTING
+        self._tcp_connected = tcp_connected
+        if tcp_connected:
+            self.remote = _remote_of(sock)
+        self._last_read = time.monotonic()
+        self._handshake_deadline = self._last_read + self._timeout_s
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        if self._fileno is None:
+            return
+        events = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR
+        if self._write_buffer or not self._tcp_connected:
+            events |= POLL_EVENT_TYPE.WRITE
+        self._poller.subscribe(self._fileno, self._on_event, events)
+
+    def _on_event(self, fd: int, event: int) -> None:
+        if fd != self._fileno or self._socket is None:
+            self._poller.unsubscribe(fd)
+            return
+        if event & POLL_EVENT_TYPE.ERROR:
+            self.disconnect()
+            return
+        if not self._tcp_connected:
+            if self._socket.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                self.disconnect()
+                return
+            self._tcp_connected = True
+            self.remote = _remote_of(self._socket)
+            self._queue_frame(self._handshake.hello())
+        if event & POLL_EVENT_TYPE.WRITE:
+            self._flush()
+        if event & POLL_EVENT_TYPE.READ and self._state != CONNECTION_STATE.DISCONNECTED:
+            self._read()
+
+    def _flush(self) -> None:
+        while self._write_buffer and self._socket is not None:
+            try:
+                sent = self._socket.send(self._write_buffer)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.disconnect()
+                return
+            del self._write_buffer[:sent]
+        self._subscribe()
+
+    def _read(self) -> None:
+        if self._socket is None:
+            return
+        # Bounded read-ahead: at most one frame of this state's limit plus one recv.
+        limit = _FRAME_BYTES_MAX if self._codec is not None else _HANDSHAKE_FRAME_BYTES_MAX
+        closed = False
+        while len(self._read_buffer) < _FRAME_LENGTH.size + limit:
+            try:
+                data = self._socket.recv(self._buffer_bytes)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.disconnect()
+                return
+            if not data:
+                closed = True
+                break
+            self._read_buffer += data
+            self._last_read = time.monotonic()
+        self._process_frames()
+        if closed:
+            self.disconnect()
+
+    def _process_frames(self) -> None:
+        buffer = self._read_buffer
+        while self._state != CONNECTION_STATE.DISCONNECTED and \
+                len(buffer) >= _FRAME_LENGTH.size:
+            (length,) = _FRAME_LENGTH.unpack_from(buffer, 0)
+            limit = _FRAME_BYTES_MAX if self._codec is not None else _HANDSHAKE_FRAME_BYTES_MAX
+            if length > limit:
+                self._refuse(f"a frame of {length} bytes exceeds the limit of {limit}")
+                return
+            end = _FRAME_LENGTH.size + length
+            if len(buffer) < end:
+                return
+            body = bytes(buffer[_FRAME_LENGTH.size:end])
+            del buffer[:end]
+            try:
+                if self._codec is None:
+                    self._on_handshake_frame(body)
+                    continue
+                message = _decode_message(self._codec.open(body))
+            except _PeerRefused as exc:
+                self._refuse(str(exc))
+                return
+            if self._on_message is not None:
+                self._on_message(message)
+
+    def _on_handshake_frame(self, body: bytes) -> None:
+        reply, codec = self._handshake.receive(body)
+        if reply is not None:
+            self._queue_frame(reply)
+        if codec is None:
+            return
+        self._codec = codec
+        self._state = CONNECTION_STATE.CONNECTED
+        self._last_read = time.monotonic()
+        if self._handshake.is_dialer:
+            if self._on_connected is not None:
+                self._on_connected()
+        elif self.on_authenticated is not None and self.claimed_address is not None:
+            self.on_authenticated(self.claimed_address)
+
+    def _queue_frame(self, body: bytes) -> None:
+        self._write_buffer += _FRAME_LENGTH.pack(len(body)) + body
+        self._flush()
+
+    def _refuse(self, reason: str) -> None:
+        self._on_refused(self, reason)
+        self.disconnect()
+
+
+class _RaftListener:
+    """pysyncobj's TcpServer, bound exactly at the host it is given (never a wildcard of its
+    own choosing), handing each accepted socket to ``on_accept``."""
+
+    #: Connections accepted per poller event, so a flood cannot hold the tick thread.
+    _ACCEPTS_PER_EVENT_MAX = 16
+
+    def __init__(self, poller: Any, host: str, port: int,
+                 on_accept: Callable[[socket.socket], None], *, buffer_bytes: int) -> None:
+        self._poller = poller
+        self.host = host
+        self.port = port
+        self._on_accept = on_accept
+        self._buffer_bytes = buffer_bytes
+        self._socket: socket.socket | None = None
+
+    def bind(self) -> None:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setblocking(False)
+            sock.bind(address)
+            sock.listen(_PENDING_HANDSHAKES_MAX)
+        except BaseException:
+            sock.close()
+            raise
+        self._socket = sock
+        self._poller.subscribe(sock.fileno(), self._on_event,
+                               POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+
+    def unbind(self) -> None:
+        sock, self._socket = self._socket, None
+        if sock is not None:
+            self._poller.unsubscribe(sock.fileno())
+            sock.close()
+
+    def _on_event(self, _fd: int, event: int) -> None:
+        if event & POLL_EVENT_TYPE.ERROR:
+            logger.error("raft: the listener on %s:%s reported an error", self.host, self.port)
+        for _ in range(self._ACCEPTS_PER_EVENT_MAX):
+            if self._socket is None:
+                return
+            try:
+                sock, _address = self._socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                logger.warning("raft: accept on %s:%s failed", self.host, self.port,
+                               exc_info=True)
+                return
+            self._on_accept(sock)
+
+
+def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[Any], None], *,
+                          key: bytes) -> type:
+    """pysyncobj's TCP transport over Tidelog's wire, with three more changes.
+
+    Wire. Connections are _RaftConnection (handshake keyed by ``key``, MAC'd frames, restricted
+    unpickler) and the listener is _RaftListener on SyncObjConf.bindAddress. A listener accepts
+    only a configured voter whose address is greater than its own (pysyncobj's rule for who
+    dials whom) and that proved the key; it answers no utility message (none is registered:
+    syncobj_admin's status, add, remove, set_version, transfer) and admits no read-only node.
 
     No forwarding. pysyncobj sends a command queued on a node that is no longer the leader to the
     leader it knows ("apply_command"). Proposals are checked for leadership and epoch just before
@@ -922,15 +1617,97 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
     so a pipelined "gap" rejection cannot undo a "conflict" one (reject-pingpong, sim seed 6: a
     healthy cluster could stop committing).
     """
-    from pysyncobj.transport import CONNECTION_STATE, TCPTransport
+    from pysyncobj.transport import TCPTransport
 
     class TidelogTCPTransport(TCPTransport):  # type: ignore[misc]
-        _keepalive_message = {"type": "tidelog_keepalive"}
+        _keepalive_message = {"type": _KEEPALIVE_TYPE}
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self._next_keepalive = 0.0
             self._reject_floor = _RejectFloor()
+            self._refusals = _Refusals()
             super().__init__(*args, **kwargs)
+
+        # --- wire: listener and connections
+
+        def _createServer(self) -> None:
+            bind_address = self._syncObj.conf.bindAddress
+            if not bind_address:
+                raise RuntimeError("the Raft transport needs an explicit bindAddress")
+            host, port = bind_address.rsplit(":", 1)
+            self._server = _RaftListener(self._syncObj._poller, host.strip("[]"), int(port),
+                                         self._on_accept,
+                                         buffer_bytes=self._syncObj.conf.recvBufferSize)
+
+        def _new_connection(self, sock: socket.socket | None,
+                            dial_address: str | None) -> _RaftConnection:
+            conf = self._syncObj.conf
+            return _RaftConnection(
+                self._syncObj._poller,
+                functools.partial(_Handshake, key, self_address=self._selfNode.address,
+                                  dial_address=dial_address, accept_peer=self._accept_peer),
+                sock=sock, timeout_s=conf.connectionTimeout, buffer_bytes=conf.recvBufferSize,
+                keepalive=conf.tcp_keepalive, on_refused=self._on_refused)
+
+        def addNode(self, node: Any) -> None:
+            # pysyncobj's addNode with our connection for the nodes this one dials.
+            self._nodes.add(node)
+            self._nodeAddrToNode[node.address] = node
+            if self._shouldConnect(node):
+                conn = self._new_connection(None, node.address)
+                conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
+                conn.setOnMessageReceivedCallback(
+                    functools.partial(self._onMessageReceived, node))
+                conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
+                self._connections[node] = conn
+
+        def _on_accept(self, sock: socket.socket) -> None:
+            if len(self._unknownConnections) >= _PENDING_HANDSHAKES_MAX:
+                self._refusals.record(_remote_of(sock), None, "too many connections in "
+                                      f"handshake (at most {_PENDING_HANDSHAKES_MAX})")
+                sock.close()
+                return
+            conn = self._new_connection(sock, None)
+            conn.on_authenticated = functools.partial(self._on_incoming_authenticated, conn)
+            conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
+            self._unknownConnections.add(conn)
+
+        def _accept_peer(self, address: str) -> str | None:
+            """Why a listener refuses a dialer claiming ``address``, or None."""
+            if address not in self._nodeAddrToNode:
+                return f"{address!r} is not a voter of this quorum"
+            if not address > self._selfNode.address:
+                return f"voter {address} must not dial this node: this node dials it"
+            return None
+
+        def _on_incoming_authenticated(self, conn: _RaftConnection, address: str) -> None:
+            # pysyncobj's _onIncomingMessageReceived for a voter's address, after the proof.
+            node = self._nodeAddrToNode[address]
+            self._unknownConnections.discard(conn)
+            old = self._connections.get(node)
+            self._connections[node] = conn
+            conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+            if old is not None and old is not conn:
+                old.disconnect()  # the peer redialled; no longer mapped, so no callback
+            self._onNodeConnected(node)
+
+        def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+            # pysyncobj's utility messages, 'readonly' and address announcements: never here.
+            self._on_refused(conn, "a message before the handshake")
+            conn.disconnect()
+
+        def _onOutgoingConnected(self, conn: Any) -> None:
+            # The handshake told the listener who this node is (pysyncobj sends it, pickled).
+            self._onNodeConnected(self._connToNode(conn))
+
+        def setOnUtilityMessageCallback(self, message: str, callback: Any) -> None:
+            pass  # syncobj_admin's commands are not served: nothing is registered
+
+        def _on_refused(self, conn: Any, reason: str) -> None:
+            self._refusals.record(getattr(conn, "remote", "?"),
+                                  getattr(conn, "claimed_address", None), reason)
+
+        # --- sending, forwarding, keepalive
 
         def send(self, node: Any, message: Any) -> bool:
             if isinstance(message, dict) and message.get("type") == "apply_command":
@@ -941,11 +1718,12 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
         def _onTick(self) -> None:
             super()._onTick()
             now = time.monotonic()
+            for conn in list(self._connections.values()) + list(self._unknownConnections):
+                conn.check_timeout(now)
             if now < self._next_keepalive:
                 return
             self._next_keepalive = now + settings.peer_keepalive_s
             for node, connection in list(self._connections.items()):
-                # Only voters: read-only nodes and admin connections are not ours to ping.
                 if node in self._nodes and connection.state == CONNECTION_STATE.CONNECTED:
                     self.send(node, self._keepalive_message)
 
@@ -970,6 +1748,9 @@ _PYSYNCOBJ_VERSION = "0.3.17"
 _PYSYNCOBJ_SHA256 = {
     "syncobj.py": "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4",
     "serializer.py": "4d39fde2f15000ad8f507ec229ebd4f6a86371b6f84d4dc1439a9cccd52857ee",
+    # The transport overrides TCPTransport's methods and stands in for its TcpConnection.
+    "transport.py": "0c9d89f9c4781ec9772df8011d7975a1a4a1a5f541357e12eae85a813e92b50b",
+    "tcp_connection.py": "7784ed8da031369fe36f805cb186a2e94a3bd6f10fed2dd59c8cc3713fd6331c",
 }
 _STATE_FOLLOWER = 0
 #: Suffix of the file a snapshot from the leader is received into, next to fullDumpFile.

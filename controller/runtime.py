@@ -169,7 +169,10 @@ class ControllerRuntime:
             [v.raft_address for v in c.voters if v.id != config.node_id],
             f"{config.data_dir}/raft",
             self,
-            password=None,  # replaced by the cluster secret (hardening in progress)
+            # Exactly where the config says (never a wildcard of pysyncobj's choosing), and the
+            # cluster secret keys the transport's handshake (None: loopback-only dev configs).
+            bind_address=f"{config.raft_bind_host}:{me.raft_port}",
+            cluster_secret=config.cluster_secret(),
             settings=RaftSettings(
                 election_timeout_min_s=c.election_timeout_min_ms / 1000,
                 election_timeout_max_s=c.election_timeout_max_ms / 1000,

@@ -10,7 +10,9 @@ callbacks in order, with a NoOp proposed from the callback; snapshots through th
 serializer (forced compaction, restart, restore + journal replay; install on a lagging follower;
 a corrupt snapshot or a failing state machine stopping the node); journal entries holding only
 the batch bytes (decoded with an unpickler that refuses every global); every SyncObjConf field
-set explicitly; compaction off by default (pysyncobj's two thresholds out of reach); and the
+set explicitly; compaction off by default (pysyncobj's two thresholds out of reach); every
+message the quorums send passing the transport's checks, and a node with another cluster secret
+kept out (tests/unit/test_raft_transport.py tests the transport itself); and the
 pysyncobj patches (controller/raft.py's _PatchedSyncObj, proven in tests/sim): used by every
 quorum, refused on any other pysyncobj, the self-test, and the transport's rejection floor.
 """
@@ -377,7 +379,19 @@ def test_restart_without_snapshot_replays_the_journal(cluster: Cluster) -> None:
     assert again.batches == batches and again.restored == []
 
 
-def test_lagging_follower_receives_the_leaders_snapshot(cluster: Cluster) -> None:
+def test_lagging_follower_receives_the_leaders_snapshot(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every message the quorums send is recorded: each must pass the transport's checks (the
+    # run covers elections, appends, keepalives and a snapshot install).
+    sent: list[Any] = []
+    real_encode = raft._encode_message
+
+    def recording_encode(message: Any) -> bytes:
+        sent.append(message)
+        return real_encode(message)
+
+    monkeypatch.setattr(raft, "_encode_message", recording_encode)
     quorums, machines = cluster.start_all(3)
     leader = wait_leader(quorums)
     lagging = next(q for q in quorums if q is not leader)
@@ -404,6 +418,31 @@ def test_lagging_follower_receives_the_leaders_snapshot(cluster: Cluster) -> Non
     cluster.start(lagging_index, addresses, machine)
     wait_for(lambda: machine.batches == batches, "the snapshot install")
     assert len(machine.restored) == 1
+    recorded = list(sent)
+    for message in recorded:
+        assert raft._decode_message(real_encode(message)) == message
+    kinds = {m["type"] for m in recorded}
+    assert {"append_entries", "next_node_idx", "request_vote", "response_vote",
+            "tidelog_keepalive"} <= kinds
+    assert any(m.get("entries") for m in recorded)
+    assert any(m.get("serialized") for m in recorded)
+    assert all(q.transport_refusals() == 0 for q in quorums if q.status()["running"])
+
+
+def test_a_quorum_with_a_secret_refuses_a_node_with_another(cluster: Cluster) -> None:
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    secret = "a" * 43
+    quorums = [cluster.start(i, addresses, ListStateMachine(), cluster_secret=secret)
+               for i in range(2)]
+    leader = wait_leader(quorums)
+    propose_all(leader, [b"with-the-secret"])
+    stranger_machine = ListStateMachine()
+    stranger = cluster.start(2, addresses, stranger_machine, cluster_secret="b" * 43)
+    wait_for(lambda: sum(q.transport_refusals() for q in [*quorums, stranger]) >= 2,
+             "the handshakes to fail on both sides")
+    assert not any(stranger.peer_connections().values())
+    assert not stranger.is_leader() and stranger_machine.batches == []
+    assert propose_all(leader, [b"still-committing"])
 
 
 def test_corrupt_snapshot_stops_the_node(cluster: Cluster) -> None:
