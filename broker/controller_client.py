@@ -25,6 +25,9 @@ by a controller that died before answering; the writes brokers send are idempote
 compare-and-set (RegisterBroker with one incarnation, heartbeats, AlterPartition), and forwarded
 admin writes behave as in Kafka (a retried CreateTopics may answer TOPIC_ALREADY_EXISTS).
 
+Every call carries the broker's peer credential (tidelog.peer_auth: an interceptor on each
+channel, so the metadata stream has it too); controllers refuse broker RPCs without it.
+
 The metadata stream (FetchMetadata) is not retried here: the listener drives it through
 :meth:`ControllerClient.stub` and :meth:`ControllerClient.next_voter`.
 """
@@ -49,6 +52,7 @@ from tidelog.errors import (
     TidelogError,
     UnknownServerError,
 )
+from tidelog.peer_auth import peer_interceptors
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -140,6 +144,7 @@ class ControllerClient:
         call_timeout_ms: int = CALL_TIMEOUT_MS_DEFAULT,
         rng: random.Random | None = None,
         name: str = "broker",
+        peer_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         endpoints = [
             v if isinstance(v, ControllerEndpoint) else ControllerEndpoint.from_voter(v)
@@ -154,6 +159,9 @@ class ControllerClient:
         self._call_timeout_ms = call_timeout_ms
         self._rng = rng if rng is not None else random.Random()
         self._name = name
+        # The broker's credential (tidelog.peer_auth.peer_metadata): controllers refuse every
+        # broker RPC without it (UNAUTHENTICATED), so every call of every channel carries it.
+        self._interceptors = peer_interceptors(peer_metadata) if peer_metadata else []
         # Start with a random voter, so that many brokers do not all ask the same one first.
         self._cursor = self._rng.randrange(len(self._order))
         self._active_id: int | None = None
@@ -200,7 +208,8 @@ class ControllerClient:
         stub = self._stubs.get(voter_id)
         if stub is None:
             endpoint = self._endpoints[voter_id]
-            channel = grpc.aio.insecure_channel(endpoint.address, options=list(CHANNEL_OPTIONS))
+            channel = grpc.aio.insecure_channel(endpoint.address, options=list(CHANNEL_OPTIONS),
+                                                interceptors=self._interceptors)
             self._channels[voter_id] = channel
             stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
             self._stubs[voter_id] = stub

@@ -23,9 +23,13 @@ a failed RPC (leader down or hung) backs the whole fetcher off, doubling from
 wake-up (bounded), never spins.
 
 The wire is behind :class:`ReplicaTransport`: gRPC in a broker (:class:`GrpcReplicaTransport`),
-in-memory calls between replica managers in unit tests. Over gRPC, fetches go through one
-long-lived bidirectional stream per leader (:data:`REPLICA_FETCH_STREAM_METHOD`: the same
-FetchRequest/FetchResponse, one answer per request, in order), not one unary call each: in
+in-memory calls between replica managers in unit tests. Over gRPC a follower reaches the
+leader's *inter-broker* listener (the ``inter_broker_endpoint`` of its registration; clients are
+never told it) and sends its broker credential (tidelog.peer_auth) with every call and stream;
+the fetch carries its exact broker epoch, which the leader compares with its image. Over gRPC,
+fetches go through one long-lived bidirectional stream per leader
+(:data:`REPLICA_FETCH_STREAM_METHOD`: the same FetchRequest/FetchResponse, one answer per
+request, in order), not one unary call each: in
 grpc.aio a message on an open stream costs the leader about half the CPU of a unary RPC, and a
 follower fetches once or twice per produced batch, so this is most of the leader's cost of an
 acks=all produce. One exchange is in flight per stream (the fetcher sends one request at a
@@ -112,6 +116,8 @@ class _Leader:
     def __init__(self, address: str) -> None:
         self.address = address
         self.channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+        # The leader's inter-broker listener refuses (UNAUTHENTICATED) a fetch without our
+        # credential: GrpcReplicaTransport sends it with every call and stream.
         self.stub = broker_pb2_grpc.ReplicaServiceStub(self.channel)  # type: ignore[no-untyped-call]
         self.open_stream = self.channel.stream_stream(
             REPLICA_FETCH_STREAM_METHOD, request_serializer=pb.FetchRequest.SerializeToString,
@@ -130,14 +136,18 @@ class GrpcReplicaTransport:
     over one stream per leader (see the module doc). One fetch at a time per leader (the
     fetcher's rule)."""
 
-    def __init__(self, endpoint_of: Callable[[int], tuple[str, int] | None]) -> None:
+    def __init__(self, endpoint_of: Callable[[int], tuple[str, int] | None], *,
+                 metadata: tuple[tuple[str, str], ...] = ()) -> None:
+        #: A leader's inter-broker listener (its registration's inter_broker_endpoint).
         self._endpoint_of = endpoint_of
+        #: Our peer credential (tidelog.peer_auth.peer_metadata), sent on every call.
+        self._metadata = metadata
         self._leaders: dict[int, _Leader] = {}
 
     def _leader(self, leader_id: int) -> _Leader:
         endpoint = self._endpoint_of(leader_id)
         if endpoint is None:
-            raise NetworkError(f"broker {leader_id} has no known endpoint")
+            raise NetworkError(f"broker {leader_id} has no known inter-broker endpoint")
         address = f"{endpoint[0]}:{endpoint[1]}"
         known = self._leaders.get(leader_id)
         if known is not None and known.address == address:
@@ -159,7 +169,8 @@ class GrpcReplicaTransport:
                 log.info("broker %d at %s has no fetch stream; fetching by unary calls",
                          leader_id, leader.address)
                 leader.stream_supported = False
-            unary: pb.FetchResponse = await leader.stub.Fetch(request, timeout=timeout_s)
+            unary: pb.FetchResponse = await leader.stub.Fetch(request, timeout=timeout_s,
+                                                              metadata=self._metadata)
             return unary
         except grpc.aio.AioRpcError as error:
             raise NetworkError(f"fetch from broker {leader_id}: gRPC {error.code().name}: "
@@ -176,7 +187,7 @@ class GrpcReplicaTransport:
         not have the method. Any failure, timeout or cancellation closes the stream."""
         call = leader.call
         if call is None:
-            call = leader.call = leader.open_stream()
+            call = leader.call = leader.open_stream(metadata=self._metadata)
         ok = False
         try:
             async with asyncio.timeout(timeout_s):

@@ -112,6 +112,8 @@ class BrokerLifecycleManager:
         incarnation_id: bytes | None = None,
         on_fatal: Callable[[TidelogError], None] | None = None,
         rng: random.Random | None = None,
+        inter_broker_host: str = "",
+        inter_broker_port: int = 0,
     ) -> None:
         assert broker_id >= 0 and heartbeat_interval_ms > 0
         self.broker_id = broker_id
@@ -119,6 +121,10 @@ class BrokerLifecycleManager:
         self.incarnation_id = incarnation_id if incarnation_id is not None else uuid.uuid4().bytes
         assert len(self.incarnation_id) == TOPIC_ID_BYTES
         self._endpoint = common_pb2.Endpoint(host=host, port=port)
+        # Where followers fetch from us (ReplicaService); None: no inter-broker listener (tests).
+        self._inter_broker_endpoint = (
+            common_pb2.Endpoint(host=inter_broker_host or host, port=inter_broker_port)
+            if inter_broker_port else None)
         self._rack = rack
         self._client = client
         self._metadata_offset = metadata_offset
@@ -260,6 +266,8 @@ class BrokerLifecycleManager:
         request = controller_pb2.RegisterBrokerRequest(
             cluster_id=self.cluster_id, broker_id=self.broker_id,
             incarnation_id=self.incarnation_id, endpoint=self._endpoint, rack=self._rack)
+        if self._inter_broker_endpoint is not None:
+            request.inter_broker_endpoint.CopyFrom(self._inter_broker_endpoint)
         response = await self._client.call("RegisterBroker", request, timeout_ms=timeout_ms)
         if response.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID:
             raise InconsistentClusterIdError(

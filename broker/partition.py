@@ -341,14 +341,14 @@ class Partition:
     # --- leader: serving fetches ---------------------------------------------------------------
 
     def serve_follower_fetch(self, replica_id: int, request: pb.FetchRequest.PartitionData, *,
-                             max_bytes: int, monotonic_ms: int
+                             max_bytes: int, monotonic_ms: int, broker_epoch: int = -1
                              ) -> tuple[FollowerFetchDecision, list[bytes]]:
         """A follower's fetch of this partition: the core's decision and the batches to send."""
         decision = self.state.on_follower_fetch(
             replica_id, fetch_offset=request.fetch_offset,
             last_fetched_epoch=request.last_fetched_epoch,
             current_leader_epoch=request.current_leader_epoch, log=self.log,
-            now_ms=monotonic_ms)
+            now_ms=monotonic_ms, broker_epoch=broker_epoch)
         if decision.effects:
             self.run_effects(list(decision.effects))
         batches: list[bytes] = []

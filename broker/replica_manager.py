@@ -181,6 +181,7 @@ class ReplicaManager:
         transport: ReplicaTransport | None = None,
         metrics: BrokerMetrics | None = None,
         metadata_caught_up: Callable[[], bool] = lambda: True,
+        peer_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.broker_id = broker_id
         self.data_dir = Path(data_dir)
@@ -191,6 +192,7 @@ class ReplicaManager:
         self._broker_epoch = broker_epoch
         self._transport = transport
         self._metadata_caught_up = metadata_caught_up
+        self._peer_metadata = peer_metadata  # our credential, sent with every follower fetch
         self._storage: Storage | None = None
         self._fetchers: ReplicaFetcherManager | None = None
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -215,7 +217,8 @@ class ReplicaManager:
         self._storage = Storage.open(self.data_dir, cluster_id=self.cluster_id,
                                      node_id=self.broker_id, config=self.config.storage)
         self._strays = {(tp.topic_id, tp.partition) for tp in self._storage.partitions()}
-        transport = self._transport or GrpcReplicaTransport(self._endpoint_of)
+        transport = self._transport or GrpcReplicaTransport(
+            self._inter_broker_endpoint_of, metadata=self._peer_metadata)
         self._fetchers = ReplicaFetcherManager(
             broker_id=self.broker_id, broker_epoch=self._broker_epoch, transport=transport,
             fetch_wait_max_ms=self.config.replica_fetch_wait_max_ms,
@@ -364,6 +367,13 @@ class ReplicaManager:
                                            and self.broker_id in registration.replicas):
                 continue
             self._delete_partition(key, why="not assigned here in the metadata")
+
+    def _inter_broker_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        """Where a leader serves follower fetches (never its client endpoint)."""
+        registration = self._image.cluster.broker(broker_id)
+        if registration is None or not registration.inter_broker_port:
+            return None
+        return registration.inter_broker_host, registration.inter_broker_port
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         registration = self._image.cluster.broker(broker_id)
@@ -529,17 +539,7 @@ class ReplicaManager:
         """A follower's fetch (ReplicaService): records its LEO (HW, ISR), answers divergence,
         and long-polls for new data."""
         started = time.perf_counter()
-        error: TidelogError | None = None
-        if request.replica_id < 0:
-            error = InvalidRequestError("ReplicaService.Fetch needs the follower's replica_id")
-        else:
-            registration = self._image.cluster.broker(request.replica_id)
-            if registration is not None \
-                    and request.replica_broker_epoch < registration.broker_epoch:
-                # An older incarnation of that broker (KIP-903): its log may have lost data.
-                error = StaleBrokerEpochError(
-                    f"broker {request.replica_id} epoch {request.replica_broker_epoch} is "
-                    f"older than its registration {registration.broker_epoch}")
+        error = self._replica_fetch_error(request)
         if error is not None:
             response = pb.FetchResponse(error_code=_code(error.code),
                                         error_message=error.message)
@@ -548,6 +548,33 @@ class ReplicaManager:
         if self.metrics is not None:
             self.metrics.latency["replica_fetch"].observe(time.perf_counter() - started)
         return response
+
+    def _replica_fetch_error(self, request: pb.FetchRequest) -> TidelogError | None:
+        """Why this broker refuses a follower fetch as a whole, or None.
+
+        Until this broker has registered and the active controller says its metadata caught up,
+        it may still believe in a leadership it lost while it was down: it answers no follower
+        (NOT_LEADER_OR_FOLLOWER, retriable). A follower is known by its id and the *exact*
+        broker epoch of its registration in this broker's image (KIP-903): an older epoch is a
+        previous incarnation whose log may have lost data; a newer one is a registration this
+        image has not seen yet (the follower retries once it has); both STALE_BROKER_EPOCH."""
+        if request.replica_id < 0:
+            return InvalidRequestError("ReplicaService.Fetch needs the follower's replica_id")
+        if self._broker_epoch() < 0 or not self._metadata_caught_up():
+            return NotLeaderOrFollowerError(
+                f"broker {self.broker_id} has not registered and caught up with the metadata "
+                "yet; it leads nothing until then")
+        registration = self._image.cluster.broker(request.replica_id)
+        if registration is None:
+            return StaleBrokerEpochError(
+                f"broker {request.replica_id} is not registered in broker {self.broker_id}'s "
+                "metadata")
+        if request.replica_broker_epoch != registration.broker_epoch:
+            return StaleBrokerEpochError(
+                f"broker {request.replica_id} fetches with broker epoch "
+                f"{request.replica_broker_epoch}, not its registration's "
+                f"{registration.broker_epoch}")
+        return None
 
     async def _long_poll(self, request: pb.FetchRequest, *, follower: bool) -> pb.FetchResponse:
         max_bytes = request.max_bytes or limits.FETCH_BYTES_MAX_DEFAULT
@@ -614,7 +641,7 @@ class ReplicaManager:
                     # only what fits in what is left.
                     budget = min(limit, max_bytes - total)
                     try:
-                        read = (self._read_for_follower(request.replica_id, partition, data,
+                        read = (self._read_for_follower(request, partition, data,
                                                         answer, budget, monotonic_ms)
                                 if follower else
                                 self._read_for_consumer(partition, data, answer, budget,
@@ -651,12 +678,13 @@ class ReplicaManager:
                 topic_metrics.messages_out.inc(sum(parse_batch(b).record_count for b in batches))
         return size
 
-    def _read_for_follower(self, replica_id: int, partition: Partition,
+    def _read_for_follower(self, request: pb.FetchRequest, partition: Partition,
                            data: pb.FetchRequest.PartitionData,
                            answer: pb.FetchResponse.PartitionData, budget: int,
                            monotonic_ms: int) -> int:
         decision, batches = partition.serve_follower_fetch(
-            replica_id, data, max_bytes=max(budget, 0), monotonic_ms=monotonic_ms)
+            request.replica_id, data, max_bytes=max(budget, 0), monotonic_ms=monotonic_ms,
+            broker_epoch=request.replica_broker_epoch)
         answer.high_watermark = answer.last_stable_offset = decision.high_watermark
         answer.log_start_offset = decision.log_start_offset
         answer.log_end_offset = decision.log_end_offset
@@ -798,10 +826,17 @@ class ReplicaManager:
             if topic is None:
                 topic = topics[partition.topic_id] = request.topics.add(
                     topic_id=partition.topic_id)
-            topic.partitions.add(partition_id=partition.partition_id,
-                                 leader_epoch=proposal.leader_epoch,
-                                 new_isr=proposal.new_isr,
-                                 partition_epoch=proposal.partition_epoch)
+            data = topic.partitions.add(partition_id=partition.partition_id,
+                                        leader_epoch=proposal.leader_epoch,
+                                        new_isr=proposal.new_isr,
+                                        partition_epoch=proposal.partition_epoch)
+            # KIP-903: the epochs the members fetched with; the controller refuses an addition
+            # whose epoch is not its current registration's. The leader's own is ours.
+            epochs = proposal.new_isr_broker_epochs or (-1,) * len(proposal.new_isr)
+            for broker_id, epoch in zip(proposal.new_isr, epochs, strict=True):
+                data.new_isr_with_epochs.add(
+                    broker_id=broker_id,
+                    broker_epoch=request.broker_epoch if broker_id == self.broker_id else epoch)
         results: dict[PartitionKey, Any] = {}
         request_error: int = ErrorCode.NONE
         try:

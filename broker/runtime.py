@@ -2,7 +2,10 @@
 
 Start order (each step needs the one before): open storage; build the ControllerClient from the
 voter list; subscribe the data plane (replica manager) to the MetadataListener and start it;
-register and heartbeat (BrokerLifecycleManager, reporting the listener's offset); serve gRPC.
+register and heartbeat (BrokerLifecycleManager, reporting the listener's offset, and
+registering both listeners: the client endpoint and the inter-broker endpoint followers fetch
+from); serve gRPC. Every call to the controllers and to other brokers' inter-broker listeners
+carries this broker's peer credential (tidelog.peer_auth).
 Stop order on SIGTERM (Kafka's controlled shutdown): ask the controllers to move leadership away
 and wait until they say so (bounded), stop serving, stop the lifecycle, the listener and the data
 plane, close storage.
@@ -27,6 +30,7 @@ from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError
+from tidelog.peer_auth import peer_metadata
 
 log = logging.getLogger("tidelog.broker")
 
@@ -47,13 +51,18 @@ class BrokerRuntime:
         self.registry = registry
         self.failure: TidelogError | None = None
         self.stopping = asyncio.Event()
-        self.client = ControllerClient(config.controller.voters, name=f"broker-{config.node_id}")
+        # Our credential for the controllers and the other brokers' inter-broker listeners.
+        peer = peer_metadata(config.cluster_secret(), config.node_id)
+        self.client = ControllerClient(config.controller.voters, name=f"broker-{config.node_id}",
+                                       peer_metadata=peer)
         self.listener = MetadataListener(broker_id=config.node_id, cluster_id=cluster_id,
                                          client=self.client, on_fatal=self._on_fatal)
         self.lifecycle = BrokerLifecycleManager(
             broker_id=config.node_id, cluster_id=cluster_id, host=b.host, port=b.port,
             rack=b.rack, client=self.client, metadata_offset=lambda: self.listener.offset,
-            heartbeat_interval_ms=b.heartbeat_interval_ms, on_fatal=self._on_fatal)
+            heartbeat_interval_ms=b.heartbeat_interval_ms, on_fatal=self._on_fatal,
+            inter_broker_host=config.inter_broker_advertised_host,
+            inter_broker_port=b.inter_broker_port)
         self.data_dir = Path(config.data_dir)
         metrics = BrokerMetrics(registry) if isinstance(registry, CollectorRegistry) else None
         #: The replica manager: storage, partitions, produce/fetch, replication, timers.
@@ -61,7 +70,7 @@ class BrokerRuntime:
             broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
             controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
             config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
-            metadata_caught_up=self._metadata_confirmed)
+            metadata_caught_up=self._metadata_confirmed, peer_metadata=peer)
 
     def _metadata_confirmed(self) -> bool:
         # The data plane deletes stray logs and takes produce only once this holds. Deleting a

@@ -20,6 +20,7 @@ from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits
 from tidelog.metadata.image import MetadataImage
+from tidelog.peer_auth import authenticated_broker_id
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc, common_pb2
 from tidelog.v1 import controller_pb2 as cpb
@@ -192,13 +193,28 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
 
 class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
+    """Follower fetches, served on the inter-broker listener only (never the client listener).
+
+    tidelog.peer_auth's interceptor has already refused a caller without a broker credential;
+    here the credential's broker id must be the fetch's replica_id (PERMISSION_DENIED
+    otherwise), and ``handle_replica_fetch`` checks the broker epoch against the image."""
+
     def __init__(self, runtime: BrokerRuntime) -> None:
         self.rt = runtime
 
-    async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
+    async def _check(self, request: pb.FetchRequest, context: Any) -> Any:
         plane = self.rt.data_plane
         if plane is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "replication is not served here")
+        peer = authenticated_broker_id(context)
+        if peer is not None and peer != request.replica_id:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"broker {peer}'s credential cannot fetch as replica {request.replica_id}")
+        return plane
+
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
+        plane = await self._check(request, context)
         return await plane.handle_replica_fetch(request)
 
     async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
@@ -206,13 +222,16 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
         """Fetch over one stream (see ``broker.fetcher``'s module doc): one answer per
         request, in order, through the same handler as the unary call."""
         async for request in requests:
-            plane = self.rt.data_plane
-            if plane is None:
-                await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                                    "replication is not served here")
+            plane = await self._check(request, context)
             yield await plane.handle_replica_fetch(request)
 
 
 def add_to_server(server: grpc.aio.Server, runtime: BrokerRuntime) -> None:
+    """The client listener: BrokerService only."""
     broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerService(runtime), server)
+
+
+def add_replica_service(server: grpc.aio.Server, runtime: BrokerRuntime) -> None:
+    """The inter-broker listener: ReplicaService only (its server carries the peer-auth
+    interceptor)."""
     broker_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaService(runtime), server)

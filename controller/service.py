@@ -2,8 +2,11 @@
 
 Writes (everything that changes metadata) go through ``ControllerRuntime.write``: only the
 active controller serves them and answers after commit; others answer NOT_CONTROLLER with a hint.
-Reads are answered from this controller's own committed view. A handler never lets an exception
-escape as a gRPC error for a client mistake: malformed input gets INVALID_REQUEST in the response.
+Reads are answered from this controller's own committed view. Only brokers may call it: the
+server's tidelog.peer_auth interceptor refuses (UNAUTHENTICATED) every RPC but DescribeQuorum
+without a broker credential, and a credential acts for its own broker id only. A handler never
+lets an exception escape as a gRPC error for a client mistake: malformed input gets
+INVALID_REQUEST in the response.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import grpc
 
 from controller.runtime import ControllerRuntime
 from tidelog.errors import TidelogError
+from tidelog.peer_auth import PeerAuthInterceptor, authenticated_broker_id
 from tidelog.v1 import controller_pb2 as pb
 from tidelog.v1 import controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
@@ -39,15 +43,26 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
             return response_type(error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
                                  error_message="unexpected controller error; see its log")
 
+    async def _check_broker_id(self, broker_id: int, context: Any) -> None:
+        """A broker's credential acts for its own id only: broker 1 cannot heartbeat, register
+        or change ISRs as broker 2 (PERMISSION_DENIED)."""
+        peer = authenticated_broker_id(context)
+        if peer is not None and broker_id >= 0 and peer != broker_id:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"broker {peer}'s credential cannot act as broker {broker_id}")
+
     async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Any) -> Any:
+        await self._check_broker_id(request.broker_id, context)
         return await self._write(self.logic.handle_register_broker, request,
                                  pb.RegisterBrokerResponse)
 
     async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> Any:
+        await self._check_broker_id(request.broker_id, context)
         return await self._write(self.logic.handle_broker_heartbeat, request,
                                  pb.BrokerHeartbeatResponse)
 
     async def AlterPartition(self, request: pb.AlterPartitionRequest, context: Any) -> Any:
+        await self._check_broker_id(request.broker_id, context)
         return await self._write(self.logic.handle_alter_partition, request,
                                  pb.AlterPartitionResponse)
 
@@ -69,6 +84,7 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
 
     async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
                                   context: Any) -> Any:
+        await self._check_broker_id(request.broker_id, context)
         return await self._write(self.logic.handle_allocate_producer_ids, request,
                                  pb.AllocateProducerIdsResponse)
 
@@ -83,8 +99,20 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
         return self.rt.describe_quorum()
 
     async def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> Any:
+        await self._check_broker_id(request.broker_id, context)
         async for response in self.rt.stream_metadata(request, context.cancelled):
             yield response
+
+
+#: The one RPC open to anyone who can reach the controller port: the CLI's `cluster quorum`.
+OPEN_METHODS = frozenset({"/tidelog.v1.ControllerService/DescribeQuorum"})
+
+
+def peer_auth_interceptor(secret: str | None) -> PeerAuthInterceptor:
+    """The controller listener's gate: every RPC but DescribeQuorum needs a broker credential
+    (brokers forward clients' admin requests, so clients never call controllers directly)."""
+    return PeerAuthInterceptor(secret, listener="the controller listener",
+                               open_methods=OPEN_METHODS)
 
 
 def add_to_server(server: grpc.aio.Server, runtime: ControllerRuntime) -> None:

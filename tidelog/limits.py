@@ -27,6 +27,14 @@ FETCH_BYTES_MAX_DEFAULT = 50 * 1024 * 1024
 PARTITION_FETCH_BYTES_MAX_DEFAULT = 1024 * 1024
 #: Long-poll bound for fetch.max.wait.ms a client may ask for.
 FETCH_WAIT_MS_MAX = 30_000
+#: RPCs one gRPC server runs at once (grpc.aio's maximum_concurrent_rpcs; an open stream counts
+#: as one for its life). Past it gRPC answers RESOURCE_EXHAUSTED, which clients retry. The client
+#: listener serves producers' and consumers' streams and long-polls; the inter-broker listener
+#: one stream per follower broker; the controller listener every broker's heartbeats, metadata
+#: stream and forwarded admin requests.
+CLIENT_LISTENER_CONCURRENT_RPCS_MAX = 4_096
+INTER_BROKER_LISTENER_CONCURRENT_RPCS_MAX = 1_024
+CONTROLLER_LISTENER_CONCURRENT_RPCS_MAX = 4_096
 
 # --- streams (BrokerService.ProduceStream / FetchStream) ------------------------------------
 #: Requests read from one ProduceStream and not yet answered (answer computed and handed to

@@ -3,6 +3,14 @@
 ``tidelog server --config FILE`` lands here. The node checks its data dir (formatted, same
 cluster and node id), starts its roles, serves gRPC and metrics, and on SIGTERM/SIGINT stops its
 roles in order (a broker's controlled shutdown first, once brokers exist) and exits 0.
+
+Listeners, each bound exactly where the config says (DESIGN §11): a broker's client listener
+(BrokerService) and inter-broker listener (ReplicaService), a controller's listener
+(ControllerService), and metrics. The inter-broker and controller listeners carry
+tidelog.peer_auth's interceptor: only brokers with a credential derived from the cluster secret
+get through (DescribeQuorum excepted). Every gRPC server has a concurrent-RPC limit from
+tidelog.limits (past it gRPC answers RESOURCE_EXHAUSTED, retriable). A listener that cannot bind
+stops the node with one line naming its config keys.
 """
 
 from __future__ import annotations
@@ -83,17 +91,18 @@ async def _start_controller(config: NodeConfig, cluster_id: str, registry: Colle
                             stack: list[tuple[str, Any]]) -> Readiness:
     from controller.metrics import ControllerMetrics
     from controller.runtime import ControllerRuntime
-    from controller.service import add_to_server
+    from controller.service import add_to_server, peer_auth_interceptor
 
     runtime = ControllerRuntime(config, cluster_id=cluster_id,
                                 metrics=ControllerMetrics(registry))
     stack.append(("controller", runtime.stop))
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    secret = _secret(config, "the controller listener")
+    server = _server(limits.CONTROLLER_LISTENER_CONCURRENT_RPCS_MAX,
+                     [peer_auth_interceptor(secret)])
     add_to_server(server, runtime)
     voter = config.voter()
-    address = f"{config.controller.listen_host}:{voter.port}"
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot bind the controller port {address}")
+    address = _bind(server, config.controller.listen_host, voter.port,
+                    "controller.listen_host", "[[controller.voters]] port")
     await server.start()
     stack.append(("controller gRPC", lambda: server.stop(GRACE_S)))
     await runtime.start()
@@ -104,22 +113,63 @@ async def _start_controller(config: NodeConfig, cluster_id: str, registry: Colle
 
 async def _start_broker(config: NodeConfig, cluster_id: str, registry: CollectorRegistry,
                         stack: list[tuple[str, Any]]) -> Any:
+    """The broker's two listeners: clients (BrokerService) on ``listen_host:port``, follower
+    fetches (ReplicaService, brokers with a credential only) on
+    ``inter_broker_listen_host:inter_broker_port``."""
     from broker.runtime import BrokerRuntime
-    from broker.service import add_to_server
+    from broker.service import add_replica_service, add_to_server
+    from tidelog.peer_auth import PeerAuthInterceptor
 
+    b = config.broker
     runtime = BrokerRuntime(config, cluster_id=cluster_id, registry=registry)
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    server = _server(limits.CLIENT_LISTENER_CONCURRENT_RPCS_MAX, [])
     add_to_server(server, runtime)
-    address = f"{config.broker.listen_host}:{config.broker.port}"
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot bind the broker port {address}")
+    address = _bind(server, b.listen_host, b.port, "broker.listen_host", "broker.port")
+    secret = _secret(config, "the inter-broker listener")
+    replica_server = _server(
+        limits.INTER_BROKER_LISTENER_CONCURRENT_RPCS_MAX,
+        [PeerAuthInterceptor(secret, listener="the inter-broker listener")])
+    add_replica_service(replica_server, runtime)
+    replica_address = _bind(replica_server, b.inter_broker_listen_host, b.inter_broker_port,
+                            "broker.inter_broker_listen_host", "broker.inter_broker_port")
     # Serve before registering: once registered, other brokers may fetch from us at once.
     await server.start()
+    await replica_server.start()
     stack.append(("broker gRPC", lambda: server.stop(GRACE_S)))
+    stack.append(("broker inter-broker gRPC", lambda: replica_server.stop(GRACE_S)))
     stack.append(("broker", runtime.stop))  # stopped first: controlled shutdown while serving
     await runtime.start()
-    log.info("broker %d serving on %s, cluster %s", config.node_id, address, cluster_id)
+    log.info("broker %d serving clients on %s, brokers on %s, cluster %s", config.node_id,
+             address, replica_address, cluster_id)
     return runtime
+
+
+def _server(concurrent_rpcs_max: int, interceptors: list[Any]) -> grpc.aio.Server:
+    return grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors,
+                           maximum_concurrent_rpcs=concurrent_rpcs_max)
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int, host_key: str, port_key: str) -> str:
+    """Bind ``host:port`` or raise an OSError whose one line names the config keys."""
+    address = f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:  # grpc raises this for some failures instead of returning 0
+        bound = 0
+    if bound == 0:
+        raise OSError(f"cannot bind {host_key}:{port_key} = {address} (port in use, or not an "
+                      f"address of this host)")
+    return address
+
+
+def _secret(config: NodeConfig, listener: str) -> str | None:
+    """The cluster secret, or None (then anyone who reaches ``listener`` may use it: config
+    validation allows that only when every listener binds loopback)."""
+    secret = config.cluster_secret()
+    if secret is None:
+        log.warning("%s is unauthenticated: no cluster_secret_file is set (fine for a "
+                    "loopback-only development node, never on a network)", listener)
+    return secret
 
 
 def _first_reason(checks: list[Readiness]) -> str | None:

@@ -17,7 +17,7 @@ fetch. Every effect is a frozen dataclass, so tests compare whole lists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "AppendFetchedBatches",
@@ -49,6 +49,10 @@ class ProposeIsr:
     leader_epoch: int
     partition_epoch: int  # the committed partition epoch the proposal is based on (CAS)
     new_isr: tuple[int, ...]
+    #: KIP-903: each new_isr member's broker epoch as of its fetch that the leader last
+    #: accepted (-1 unknown: the leader itself, or not fetched in this leader epoch), in new_isr's
+    #: order. Not part of equality: a proposal is the same proposal whatever epochs it carries.
+    new_isr_broker_epochs: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

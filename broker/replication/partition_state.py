@@ -415,6 +415,7 @@ class PartitionState:
         current_leader_epoch: int,
         log: LogView,
         now_ms: int,
+        broker_epoch: int = -1,
     ) -> FollowerFetchDecision:
         """A follower's fetch reached the leader (Kafka's Partition.fetchRecords for a
         follower): check epochs and divergence, then record its LEO, advance the HW, maybe
@@ -443,7 +444,8 @@ class PartitionState:
                 f"fetch offset {fetch_offset} outside [{log.log_start_offset}, "
                 f"{self._log_end_offset}]"))
         self._followers[replica_id].on_fetch(
-            fetch_offset=fetch_offset, leader_log_end_offset=self._log_end_offset, now_ms=now_ms)
+            fetch_offset=fetch_offset, leader_log_end_offset=self._log_end_offset, now_ms=now_ms,
+            broker_epoch=broker_epoch)
         effects = self._maybe_increment_high_watermark(now_ms)
         effects += self._maybe_expand_isr(replica_id)
         return self._fetch_answer(fetch_offset, log, effects=effects)
@@ -596,8 +598,10 @@ class PartitionState:
     def _propose(self, new_isr: Sequence[int]) -> list[Effect]:
         assert self._pending is None
         assert self.broker_id in new_isr, new_isr
-        proposal = ProposeIsr(self._leader_epoch, self._partition_epoch,
-                              _in_replica_order(new_isr, self._replicas))
+        ordered = _in_replica_order(new_isr, self._replicas)
+        epochs = tuple(state.broker_epoch if (state := self._followers.get(b)) is not None else -1
+                       for b in ordered)
+        proposal = ProposeIsr(self._leader_epoch, self._partition_epoch, ordered, epochs)
         self._pending = proposal
         return [proposal]
 

@@ -28,6 +28,8 @@ class ReplicaState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int | None = None
     last_caught_up_time_ms: int | None = None
+    #: The broker epoch its last accepted fetch carried (KIP-903; -1 before any).
+    broker_epoch: int = -1
 
     @classmethod
     def fresh(cls, *, in_isr: bool, now_ms: int) -> ReplicaState:
@@ -35,9 +37,11 @@ class ReplicaState:
         before it can be shrunk out; others must earn their place (Kafka's resetReplicaState)."""
         return cls(last_caught_up_time_ms=now_ms if in_isr else None)
 
-    def on_fetch(self, *, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> None:
+    def on_fetch(self, *, fetch_offset: int, leader_log_end_offset: int, now_ms: int,
+                 broker_epoch: int = -1) -> None:
         """Kafka's Replica.updateFetchState for a fetch that passed every check."""
         assert 0 <= fetch_offset <= leader_log_end_offset, (fetch_offset, leader_log_end_offset)
+        self.broker_epoch = broker_epoch
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_time_ms = _latest(self.last_caught_up_time_ms, now_ms)
         elif (fetch_offset >= self.last_fetch_leader_log_end_offset

@@ -111,6 +111,9 @@ class ClusterControlManager:
             broker_id=request.broker_id, incarnation_id=request.incarnation_id,
             broker_epoch=broker_epoch, endpoint=request.endpoint, rack=request.rack, fenced=True,
         ))]
+        if request.HasField("inter_broker_endpoint"):
+            records[0].register_broker.inter_broker_endpoint.CopyFrom(
+                request.inter_broker_endpoint)
         if existing is not None:
             records.extend(self._replication.move_leadership_away(image, request.broker_id))
         self._heartbeats.remove(request.broker_id)
@@ -130,6 +133,11 @@ class ClusterControlManager:
         host, port = request.endpoint.host, request.endpoint.port
         if not host or len(host) > ENDPOINT_TEXT_LENGTH_MAX or not 0 < port <= PORT_MAX:
             raise InvalidRequestError(f"endpoint {host!r}:{port} is not a valid host and port")
+        if request.HasField("inter_broker_endpoint"):
+            host, port = request.inter_broker_endpoint.host, request.inter_broker_endpoint.port
+            if not host or len(host) > ENDPOINT_TEXT_LENGTH_MAX or not 0 < port <= PORT_MAX:
+                raise InvalidRequestError(
+                    f"inter-broker endpoint {host!r}:{port} is not a valid host and port")
         if len(request.rack) > ENDPOINT_TEXT_LENGTH_MAX:
             raise InvalidRequestError(f"rack is longer than {ENDPOINT_TEXT_LENGTH_MAX} characters")
 
@@ -248,7 +256,10 @@ def _check_same_registration(
     existing: BrokerRegistration, request: controller_pb2.RegisterBrokerRequest
 ) -> None:
     endpoint = common_pb2.Endpoint(host=existing.host, port=existing.port)
-    if request.endpoint != endpoint or request.rack != existing.rack:
+    inter_broker = common_pb2.Endpoint(host=existing.inter_broker_host,
+                                       port=existing.inter_broker_port)
+    if (request.endpoint != endpoint or request.rack != existing.rack
+            or request.inter_broker_endpoint != inter_broker):
         raise InvalidRequestError(
             f"incarnation {existing.incarnation_id.hex()} of broker {existing.broker_id} is "
             "already registered with another endpoint or rack"

@@ -409,6 +409,7 @@ class ReplicationControlManager:
             raise IneligibleReplicaError(
                 f"{where}: ISR members {ineligible} are fenced, shutting down or not registered"
             )
+        _check_added_epochs(image, where, current.isr, data)
         if new_isr == current.isr:
             return None
         return metadata_pb2.PartitionChangeRecord(
@@ -483,6 +484,29 @@ class _UncleanLookup:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _check_added_epochs(
+    image: MetadataImage,
+    where: str,
+    current_isr: tuple[int, ...],
+    data: controller_pb2.AlterPartitionRequest.PartitionData,
+) -> None:
+    """KIP-903: every member ``data`` adds to the ISR comes with the broker epoch the leader
+    saw it fetch with, and that epoch is its current registration's. A broker that re-registered
+    since (a restart, perhaps with an empty disk) must catch up again before it rejoins."""
+    epochs = {s.broker_id: s.broker_epoch for s in data.new_isr_with_epochs}
+    for broker_id in data.new_isr:
+        if broker_id in current_isr:
+            continue
+        registration = image.cluster.broker(broker_id)
+        epoch = epochs.get(broker_id, -1)
+        if registration is None or epoch != registration.broker_epoch:
+            registered = -1 if registration is None else registration.broker_epoch
+            raise IneligibleReplicaError(
+                f"{where}: broker {broker_id} is added with broker epoch {epoch}, not its "
+                f"registration's {registered} (it re-registered or was never seen fetching)"
+            )
 
 
 def _check_partition_count(num_partitions: int) -> None:

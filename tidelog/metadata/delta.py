@@ -229,6 +229,10 @@ class MetadataDelta:
         _require(r.broker_id >= 0, f"broker id {r.broker_id} is negative")
         _require(len(r.incarnation_id) == TOPIC_ID_BYTES, "incarnation id is not 16 bytes")
         _require(0 < r.endpoint.port <= PORT_MAX and bool(r.endpoint.host), "invalid endpoint")
+        inter = r.inter_broker_endpoint
+        _require(not r.HasField("inter_broker_endpoint")
+                 or (0 < inter.port <= PORT_MAX and bool(inter.host)),
+                 "invalid inter-broker endpoint")
         if self._from_snapshot:
             _require(0 <= r.broker_epoch <= offset, f"broker epoch {r.broker_epoch} > {offset}")
         else:
@@ -244,6 +248,7 @@ class MetadataDelta:
         self._set(self._brokers, r.broker_id, BrokerRegistration(
             broker_id=r.broker_id, incarnation_id=r.incarnation_id, broker_epoch=r.broker_epoch,
             host=r.endpoint.host, port=r.endpoint.port, rack=r.rack, fenced=r.fenced,
+            inter_broker_host=inter.host, inter_broker_port=inter.port,
         ))
 
     def _replay_unregister_broker(self, r: metadata_pb2.UnregisterBrokerRecord, _: int) -> None:

@@ -77,6 +77,10 @@ class BrokerRegistration:
     rack: str  # "" when not set
     fenced: bool
     in_controlled_shutdown: bool = False
+    # The inter-broker listener (ReplicaService), where followers fetch from it; never told to
+    # clients. "" and 0 when the broker registered without one.
+    inter_broker_host: str = ""
+    inter_broker_port: int = 0
 
     def __post_init__(self) -> None:
         assert self.broker_id >= 0
@@ -283,6 +287,8 @@ class MetadataImage:
                 f"endpoint={_quote(b.host)}:{b.port} rack={_quote(b.rack)} "
                 f"fenced={str(b.fenced).lower()} "
                 f"controlled_shutdown={str(b.in_controlled_shutdown).lower()}"
+                + (f" inter_broker={_quote(b.inter_broker_host)}:{b.inter_broker_port}"
+                   if b.inter_broker_port else "")
             )
         for name in sorted(self.topics.by_name):
             topic = self.topics.by_name[name]

@@ -103,10 +103,14 @@ def decode_batch(data: bytes) -> metadata_pb2.MetadataRecordBatch:
 
 def _snapshot_records(image: MetadataImage) -> Iterable[metadata_pb2.MetadataRecord]:
     for broker_id, b in sorted(image.cluster.brokers.items()):
-        yield metadata_record(metadata_pb2.RegisterBrokerRecord(
+        record = metadata_pb2.RegisterBrokerRecord(
             broker_id=broker_id, incarnation_id=b.incarnation_id, broker_epoch=b.broker_epoch,
             endpoint=common_pb2.Endpoint(host=b.host, port=b.port), rack=b.rack, fenced=b.fenced,
-        ))
+        )
+        if b.inter_broker_port:
+            record.inter_broker_endpoint.host = b.inter_broker_host
+            record.inter_broker_endpoint.port = b.inter_broker_port
+        yield metadata_record(record)
         if b.in_controlled_shutdown:
             yield metadata_record(metadata_pb2.BrokerRegistrationChangeRecord(
                 broker_id=broker_id, broker_epoch=b.broker_epoch, in_controlled_shutdown=True

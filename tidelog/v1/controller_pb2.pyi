@@ -32,18 +32,20 @@ CONFIG_SOURCE_CLUSTER: ConfigSource
 CONFIG_SOURCE_BROKER: ConfigSource
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_id", "broker_id", "incarnation_id", "endpoint", "rack")
+    __slots__ = ("cluster_id", "broker_id", "incarnation_id", "endpoint", "rack", "inter_broker_endpoint")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    INTER_BROKER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     broker_id: int
     incarnation_id: bytes
     endpoint: _common_pb2.Endpoint
     rack: str
-    def __init__(self, cluster_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., incarnation_id: _Optional[bytes] = ..., endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., rack: _Optional[str] = ...) -> None: ...
+    inter_broker_endpoint: _common_pb2.Endpoint
+    def __init__(self, cluster_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., incarnation_id: _Optional[bytes] = ..., endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., rack: _Optional[str] = ..., inter_broker_endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "broker_epoch", "controller")
@@ -90,16 +92,25 @@ class BrokerHeartbeatResponse(_message.Message):
 class AlterPartitionRequest(_message.Message):
     __slots__ = ("broker_id", "broker_epoch", "topics")
     class PartitionData(_message.Message):
-        __slots__ = ("partition_id", "leader_epoch", "new_isr", "partition_epoch")
+        __slots__ = ("partition_id", "leader_epoch", "new_isr", "partition_epoch", "new_isr_with_epochs")
         PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
         LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
         NEW_ISR_FIELD_NUMBER: _ClassVar[int]
         PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        NEW_ISR_WITH_EPOCHS_FIELD_NUMBER: _ClassVar[int]
         partition_id: int
         leader_epoch: int
         new_isr: _containers.RepeatedScalarFieldContainer[int]
         partition_epoch: int
-        def __init__(self, partition_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., partition_epoch: _Optional[int] = ...) -> None: ...
+        new_isr_with_epochs: _containers.RepeatedCompositeFieldContainer[AlterPartitionRequest.BrokerState]
+        def __init__(self, partition_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., partition_epoch: _Optional[int] = ..., new_isr_with_epochs: _Optional[_Iterable[_Union[AlterPartitionRequest.BrokerState, _Mapping]]] = ...) -> None: ...
+    class BrokerState(_message.Message):
+        __slots__ = ("broker_id", "broker_epoch")
+        BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+        BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+        broker_id: int
+        broker_epoch: int
+        def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
     class TopicData(_message.Message):
         __slots__ = ("topic_id", "partitions")
         TOPIC_ID_FIELD_NUMBER: _ClassVar[int]

@@ -25,43 +25,43 @@ _sym_db = _symbol_database.Default()
 from tidelog.v1 import common_pb2 as tidelog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tidelog/v1/metadata.proto\x12\ntidelog.v1\x1a\x17tidelog/v1/common.proto\"\x9d\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\x0c\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12&\n\x08\x65ndpoint\x18\x04 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"i\n\x1e\x42rokerRegistrationChangeRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x03 \x01(\x08\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"\x97\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\xed\x01\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x13\n\x06leader\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12$\n\x03isr\x18\x04 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12)\n\x08replicas\x18\x05 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12\x19\n\x11\x62ump_leader_epoch\x18\x06 \x01(\x08\x12 \n\x18\x65xpected_partition_epoch\x18\x07 \x01(\x05\x42\t\n\x07_leader\"\x88\x01\n\x0c\x43onfigRecord\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.tidelog.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"#\n\nNoOpRecord\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\"\xba\x05\n\x0eMetadataRecord\x12;\n\x0fregister_broker\x18\x01 \x01(\x0b\x32 .tidelog.v1.RegisterBrokerRecordH\x00\x12?\n\x11unregister_broker\x18\x02 \x01(\x0b\x32\".tidelog.v1.UnregisterBrokerRecordH\x00\x12\x35\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32\x1d.tidelog.v1.FenceBrokerRecordH\x00\x12\x39\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32\x1f.tidelog.v1.UnfenceBrokerRecordH\x00\x12P\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32*.tidelog.v1.BrokerRegistrationChangeRecordH\x00\x12(\n\x05topic\x18\x06 \x01(\x0b\x32\x17.tidelog.v1.TopicRecordH\x00\x12\x35\n\x0cremove_topic\x18\x07 \x01(\x0b\x32\x1d.tidelog.v1.RemoveTopicRecordH\x00\x12\x30\n\tpartition\x18\x08 \x01(\x0b\x32\x1b.tidelog.v1.PartitionRecordH\x00\x12=\n\x10partition_change\x18\t \x01(\x0b\x32!.tidelog.v1.PartitionChangeRecordH\x00\x12*\n\x06\x63onfig\x18\n \x01(\x0b\x32\x18.tidelog.v1.ConfigRecordH\x00\x12\x35\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32\x1d.tidelog.v1.ProducerIdsRecordH\x00\x12\'\n\x05no_op\x18\x0c \x01(\x0b\x32\x16.tidelog.v1.NoOpRecordH\x00\x42\x08\n\x06record\"r\n\x13MetadataRecordBatch\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12+\n\x07records\x18\x02 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x16\n\x0e\x61ppend_time_ms\x18\x03 \x01(\x03\"\x84\x01\n\x10MetadataSnapshot\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x17\n\x0fmetadata_offset\x18\x02 \x01(\x03\x12+\n\x07records\x18\x03 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x12\n\ncluster_id\x18\x04 \x01(\t*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tidelog/v1/metadata.proto\x12\ntidelog.v1\x1a\x17tidelog/v1/common.proto\"\xd2\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\x0c\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12&\n\x08\x65ndpoint\x18\x04 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x33\n\x15inter_broker_endpoint\x18\x07 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"i\n\x1e\x42rokerRegistrationChangeRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x03 \x01(\x08\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"\x97\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\xed\x01\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x13\n\x06leader\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12$\n\x03isr\x18\x04 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12)\n\x08replicas\x18\x05 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12\x19\n\x11\x62ump_leader_epoch\x18\x06 \x01(\x08\x12 \n\x18\x65xpected_partition_epoch\x18\x07 \x01(\x05\x42\t\n\x07_leader\"\x88\x01\n\x0c\x43onfigRecord\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.tidelog.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"#\n\nNoOpRecord\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\"\xba\x05\n\x0eMetadataRecord\x12;\n\x0fregister_broker\x18\x01 \x01(\x0b\x32 .tidelog.v1.RegisterBrokerRecordH\x00\x12?\n\x11unregister_broker\x18\x02 \x01(\x0b\x32\".tidelog.v1.UnregisterBrokerRecordH\x00\x12\x35\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32\x1d.tidelog.v1.FenceBrokerRecordH\x00\x12\x39\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32\x1f.tidelog.v1.UnfenceBrokerRecordH\x00\x12P\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32*.tidelog.v1.BrokerRegistrationChangeRecordH\x00\x12(\n\x05topic\x18\x06 \x01(\x0b\x32\x17.tidelog.v1.TopicRecordH\x00\x12\x35\n\x0cremove_topic\x18\x07 \x01(\x0b\x32\x1d.tidelog.v1.RemoveTopicRecordH\x00\x12\x30\n\tpartition\x18\x08 \x01(\x0b\x32\x1b.tidelog.v1.PartitionRecordH\x00\x12=\n\x10partition_change\x18\t \x01(\x0b\x32!.tidelog.v1.PartitionChangeRecordH\x00\x12*\n\x06\x63onfig\x18\n \x01(\x0b\x32\x18.tidelog.v1.ConfigRecordH\x00\x12\x35\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32\x1d.tidelog.v1.ProducerIdsRecordH\x00\x12\'\n\x05no_op\x18\x0c \x01(\x0b\x32\x16.tidelog.v1.NoOpRecordH\x00\x42\x08\n\x06record\"r\n\x13MetadataRecordBatch\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12+\n\x07records\x18\x02 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x16\n\x0e\x61ppend_time_ms\x18\x03 \x01(\x03\"\x84\x01\n\x10MetadataSnapshot\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x17\n\x0fmetadata_offset\x18\x02 \x01(\x03\x12+\n\x07records\x18\x03 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x12\n\ncluster_id\x18\x04 \x01(\t*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelog.v1.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=2222
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=2326
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=2275
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=2379
   _globals['_REGISTERBROKERRECORD']._serialized_start=67
-  _globals['_REGISTERBROKERRECORD']._serialized_end=224
-  _globals['_UNREGISTERBROKERRECORD']._serialized_start=226
-  _globals['_UNREGISTERBROKERRECORD']._serialized_end=291
-  _globals['_FENCEBROKERRECORD']._serialized_start=293
-  _globals['_FENCEBROKERRECORD']._serialized_end=353
-  _globals['_UNFENCEBROKERRECORD']._serialized_start=355
-  _globals['_UNFENCEBROKERRECORD']._serialized_end=417
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=419
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=524
-  _globals['_TOPICRECORD']._serialized_start=526
-  _globals['_TOPICRECORD']._serialized_end=571
-  _globals['_REMOVETOPICRECORD']._serialized_start=573
-  _globals['_REMOVETOPICRECORD']._serialized_end=610
-  _globals['_PARTITIONRECORD']._serialized_start=613
-  _globals['_PARTITIONRECORD']._serialized_end=764
-  _globals['_PARTITIONCHANGERECORD']._serialized_start=767
-  _globals['_PARTITIONCHANGERECORD']._serialized_end=1004
-  _globals['_CONFIGRECORD']._serialized_start=1007
-  _globals['_CONFIGRECORD']._serialized_end=1143
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1145
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1231
-  _globals['_NOOPRECORD']._serialized_start=1233
-  _globals['_NOOPRECORD']._serialized_end=1268
-  _globals['_METADATARECORD']._serialized_start=1271
-  _globals['_METADATARECORD']._serialized_end=1969
-  _globals['_METADATARECORDBATCH']._serialized_start=1971
-  _globals['_METADATARECORDBATCH']._serialized_end=2085
-  _globals['_METADATASNAPSHOT']._serialized_start=2088
-  _globals['_METADATASNAPSHOT']._serialized_end=2220
+  _globals['_REGISTERBROKERRECORD']._serialized_end=277
+  _globals['_UNREGISTERBROKERRECORD']._serialized_start=279
+  _globals['_UNREGISTERBROKERRECORD']._serialized_end=344
+  _globals['_FENCEBROKERRECORD']._serialized_start=346
+  _globals['_FENCEBROKERRECORD']._serialized_end=406
+  _globals['_UNFENCEBROKERRECORD']._serialized_start=408
+  _globals['_UNFENCEBROKERRECORD']._serialized_end=470
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=472
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=577
+  _globals['_TOPICRECORD']._serialized_start=579
+  _globals['_TOPICRECORD']._serialized_end=624
+  _globals['_REMOVETOPICRECORD']._serialized_start=626
+  _globals['_REMOVETOPICRECORD']._serialized_end=663
+  _globals['_PARTITIONRECORD']._serialized_start=666
+  _globals['_PARTITIONRECORD']._serialized_end=817
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=820
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=1057
+  _globals['_CONFIGRECORD']._serialized_start=1060
+  _globals['_CONFIGRECORD']._serialized_end=1196
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1198
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1284
+  _globals['_NOOPRECORD']._serialized_start=1286
+  _globals['_NOOPRECORD']._serialized_end=1321
+  _globals['_METADATARECORD']._serialized_start=1324
+  _globals['_METADATARECORD']._serialized_end=2022
+  _globals['_METADATARECORDBATCH']._serialized_start=2024
+  _globals['_METADATARECORDBATCH']._serialized_end=2138
+  _globals['_METADATASNAPSHOT']._serialized_start=2141
+  _globals['_METADATASNAPSHOT']._serialized_end=2273
 # @@protoc_insertion_point(module_scope)

@@ -18,20 +18,22 @@ CONFIG_RESOURCE_TOPIC: ConfigResourceType
 CONFIG_RESOURCE_BROKER: ConfigResourceType
 
 class RegisterBrokerRecord(_message.Message):
-    __slots__ = ("broker_id", "incarnation_id", "broker_epoch", "endpoint", "rack", "fenced")
+    __slots__ = ("broker_id", "incarnation_id", "broker_epoch", "endpoint", "rack", "fenced", "inter_broker_endpoint")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    INTER_BROKER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     incarnation_id: bytes
     broker_epoch: int
     endpoint: _common_pb2.Endpoint
     rack: str
     fenced: bool
-    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[bytes] = ..., broker_epoch: _Optional[int] = ..., endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    inter_broker_endpoint: _common_pb2.Endpoint
+    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[bytes] = ..., broker_epoch: _Optional[int] = ..., endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ..., inter_broker_endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ...) -> None: ...
 
 class UnregisterBrokerRecord(_message.Message):
     __slots__ = ("broker_id", "broker_epoch")
