@@ -23,10 +23,12 @@ from typing import Any
 import grpc
 import pytest
 
+from tidelog.cluster_secret import read_secret_file
 from tidelog.local_cluster import LocalCluster
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import image_from_snapshot
+from tidelog.peer_auth import peer_metadata
 from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -41,14 +43,16 @@ class Admin:
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
+        secret = read_secret_file(cluster.secret_path)
         self.stubs = {
-            c.name: controller_pb2_grpc.ControllerServiceStub(
-                grpc.insecure_channel(f"127.0.0.1:{c.controller_port}"))
+            c.name: _AsBroker(controller_pb2_grpc.ControllerServiceStub(
+                grpc.insecure_channel(f"127.0.0.1:{c.controller_port}")), secret)
             for c in cluster.controllers()
         }
 
-    def stub(self, name: str) -> controller_pb2_grpc.ControllerServiceStub:
+    def stub(self, name: str) -> Any:
         return self.stubs[name]
+
 
     def leader(self, *, among: list[str] | None = None, deadline_s: float = DEADLINE_S) -> str:
         """Name of the controller the (running) quorum members agree leads."""
@@ -84,6 +88,22 @@ class Admin:
             time.sleep(0.05)
 
 
+class _AsBroker:
+    """A ControllerService stub whose calls carry the credential of the broker the request
+    names (broker 0 when it names none): controllers refuse broker RPCs without one."""
+
+    def __init__(self, stub: Any, secret: str) -> None:
+        self._stub = stub
+        self._secret = secret
+
+    def __getattr__(self, method: str) -> Any:
+        def call(request: Any, **kwargs: Any) -> Any:
+            broker_id = max(getattr(request, "broker_id", 0), 0)
+            return getattr(self._stub, method)(
+                request, metadata=peer_metadata(self._secret, broker_id), **kwargs)
+        return call
+
+
 def create_topic(name: str, partitions: int = 3, rf: int = 3,
                  configs: dict[str, str] | None = None) -> controller_pb2.CreateTopicsRequest:
     return controller_pb2.CreateTopicsRequest(topics=[controller_pb2.CreateTopicsRequest.Topic(
@@ -92,7 +112,7 @@ def create_topic(name: str, partitions: int = 3, rf: int = 3,
     )])
 
 
-def read_image(stub: controller_pb2_grpc.ControllerServiceStub, cluster_id: str,
+def read_image(stub: Any, cluster_id: str,
                *, until_offset: int) -> MetadataImage:
     """Replay a controller's FetchMetadata stream from 0 up to ``until_offset``."""
     image = MetadataImage.empty()

@@ -26,11 +26,12 @@ CONNECT support, through the harness's per-node ``env``), pointing at a small CO
 this module: one listening port per broker, and each tunnel it is asked for goes to a Toxiproxy
 link of its own, ``broker-N>controller-M`` or ``broker-N>broker-K``. So every outgoing gRPC
 connection of a broker (heartbeats and the metadata stream to each controller, replication
-fetches to each leader) crosses exactly one link, and a toxic on a link is a fault on exactly
-that source→destination pair. That is needed because a broker reaches a leader at the address
-the leader advertises, the same for every follower: a proxy in front of the leader could not
-cut one follower only. The test's own clients connect to the brokers directly; the controllers'
-Raft traffic is not proxied. Links are healed (``proxies.faults()``) at the end of every test.
+fetches to each leader's inter-broker port) crosses exactly one link, and a toxic on a link is
+a fault on exactly that source→destination pair. That is needed because a broker reaches a
+leader at the address the leader advertises, the same for every follower: a proxy in front of
+the leader could not cut one follower only. The test's own clients connect to the brokers
+directly; the controllers' Raft traffic is not proxied. Links are healed (``proxies.faults()``)
+at the end of every test.
 
 Replica comparison, as in test_broker_replication.py (replica_checks.assert_replicas_identical):
 the wire has no "read a follower's log", so once DescribeLogs shows every replica at the leader's
@@ -221,7 +222,9 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         with cluster:
             result = Net(cluster, router)
             targets = {n: cluster.node(n).controller_port for n in cluster.controller_names}
-            targets |= {n: cluster.node(n).broker_port for n in cluster.broker_names}
+            # Brokers reach each other on the inter-broker listener (ReplicaService lives
+            # there only), so that is the port a broker>broker link leads to.
+            targets |= {n: cluster.node(n).inter_broker_port for n in cluster.broker_names}
             for source in cluster.broker_names:
                 port = router.listen(source)
                 # no_grpc_proxy="" overrides a no_proxy that would exempt 127.0.0.1.

@@ -284,6 +284,17 @@ class Runner:
         result = self.cluster.logic.handle_create_partitions(request, self.cluster.now_ms)
         return self._proposal(self.cluster.submit(result))
 
+    def _isr_epochs(self, pairs: dict[str, list[str]]) -> list[Any]:
+        """KIP-903's NewIsrWithEpochs: each member's current registration epoch, as a leader
+        that saw it fetch would send, unless ``isr-epochs=BROKER:EPOCH,...`` says otherwise."""
+        given = dict(tuple(map(int, e.split(":"))) for e in pairs.get("isr-epochs", [""])[0]
+                     .split(",") if e)
+        brokers = self.cluster.logic.image.cluster.brokers
+        return [controller_pb2.AlterPartitionRequest.BrokerState(
+            broker_id=b, broker_epoch=given.get(b, brokers[b].broker_epoch if b in brokers
+                                                else -1))
+            for b in _ints(pairs["isr"][0])]
+
     def cmd_alter_partition(self, pairs: dict[str, list[str]], flags: set[str]) -> list[str]:
         topic = self.cluster.logic.image.topics.get(pairs["topic"][0])
         assert topic is not None
@@ -301,6 +312,7 @@ class Runner:
             leader_epoch=int(pairs.get("leader-epoch", [str(current.leader_epoch)])[0]),
             partition_epoch=int(pairs.get("partition-epoch", [str(current.partition_epoch)])[0]),
             new_isr=_ints(pairs["isr"][0]),
+            new_isr_with_epochs=self._isr_epochs(pairs),
         )
         result = self.cluster.logic.handle_alter_partition(request, self.cluster.now_ms)
         return self._proposal(self.cluster.submit(result))

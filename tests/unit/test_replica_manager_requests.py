@@ -253,6 +253,81 @@ def test_replica_fetch_from_an_old_incarnation_is_stale_broker_epoch(tmp_path: P
     scenario(tmp_path, body)
 
 
+def _replica_fetch(c: Cluster, replica_id: int, broker_epoch: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=replica_id, replica_broker_epoch=broker_epoch)
+    request.topics.add(topic_id=c.controller.topic_id("t")).partitions.add(
+        partition_id=0, fetch_offset=0, current_leader_epoch=0)
+    return request
+
+
+def test_replica_fetch_needs_the_exact_registered_broker_epoch(tmp_path: Path) -> None:
+    # A follower is its id AND the exact epoch of its registration (KIP-903): a newer epoch is
+    # not "at least as new", it is a registration the leader has not seen (or a forgery).
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]])
+        epoch = c.controller.broker_epoch(2)
+        for wrong in (epoch + 1, epoch - 1, 10**12):
+            answer = await c.managers[1].handle_replica_fetch(_replica_fetch(c, 2, wrong))
+            assert answer.error_code == ErrorCode.STALE_BROKER_EPOCH, (wrong, answer)
+            assert f"broker epoch {wrong}, not its registration's {epoch}" \
+                in answer.error_message
+        unknown = await c.managers[1].handle_replica_fetch(_replica_fetch(c, 9, epoch))
+        assert unknown.error_code == ErrorCode.STALE_BROKER_EPOCH
+        right = await c.managers[1].handle_replica_fetch(_replica_fetch(c, 2, epoch))
+        assert right.error_code == ErrorCode.NONE
+        assert right.topics[0].partitions[0].error_code == ErrorCode.NONE
+    scenario(tmp_path, body)
+
+
+def test_a_broker_answers_no_follower_before_its_metadata_caught_up(tmp_path: Path) -> None:
+    # A restarted broker may still believe in a leadership it lost while it was down: until the
+    # active controller says its metadata caught up, no follower fetch is served (retriable).
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2]])
+        c.caught_up[1] = False
+        request = _replica_fetch(c, 2, c.controller.broker_epoch(2))
+        answer = await c.managers[1].handle_replica_fetch(request)
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+        assert "caught up with the metadata" in answer.error_message
+        c.caught_up[1] = True
+        answer = await c.managers[1].handle_replica_fetch(request)
+        assert answer.error_code == ErrorCode.NONE, answer
+    scenario(tmp_path, body)
+
+
+def test_alter_partition_carries_the_broker_epochs_of_the_isr(tmp_path: Path) -> None:
+    # KIP-903 on the sending side: an ISR expansion names each member's broker epoch as its
+    # fetches carried it (the leader's own is the request's), so the controller can refuse a
+    # member that re-registered since.
+    config = ReplicaManagerConfig(replica_lag_time_max_ms=300, replica_fetch_wait_max_ms=50,
+                                  replica_fetch_backoff_ms=20)
+
+    async def body(c: Cluster) -> None:
+        sent: list[cpb.AlterPartitionRequest] = []
+        call = c.call
+
+        async def spy(method: str, request: Any) -> Any:
+            if method == "AlterPartition":
+                sent.append(cpb.AlterPartitionRequest.FromString(request.SerializeToString()))
+            return await call(method, request)
+
+        c.call = spy  # type: ignore[method-assign]
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]], {"min.insync.replicas": "2"})
+        c.network.cut = {3}
+        assert (await c.produce("t", batch(b"x"))).error_code == ErrorCode.NONE
+        assert c.isr("t") == (1, 2)
+        c.network.cut = set()
+        await until(lambda: c.isr("t") == (1, 2, 3), "broker 3 back in the ISR")
+        expand = sent[-1].topics[0].partitions[0]
+        assert list(expand.new_isr) == [1, 2, 3]
+        assert [(s.broker_id, s.broker_epoch) for s in expand.new_isr_with_epochs] == [
+            (b, c.controller.broker_epoch(b)) for b in (1, 2, 3)]
+    scenario(tmp_path, body, config=config)
+
+
 # --- topic configs, describe -------------------------------------------------------------------
 
 
@@ -465,14 +540,14 @@ class _EchoPlane:
 async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
     import grpc
 
-    from broker.service import ReplicaService, add_to_server
+    from broker.service import ReplicaService, add_replica_service
 
     class Runtime:
         data_plane = plane
 
     server = grpc.aio.server()
     if stream:
-        add_to_server(server, Runtime())  # type: ignore[arg-type]
+        add_replica_service(server, Runtime())  # type: ignore[arg-type]
     else:  # an older leader: ReplicaService with the unary Fetch only
         unary = ReplicaService(Runtime())  # type: ignore[arg-type]
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
