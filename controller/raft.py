@@ -7,14 +7,46 @@ controller applies every committed batch in log order.
 API (all thread-safe unless noted)::
 
     quorum = RaftQuorum(node_id, "127.0.0.1:9094", ["127.0.0.1:9095", ...], data_dir,
-                        state_machine, settings=RaftSettings(), password=None)
+                        state_machine, settings=RaftSettings(),
+                        bind_address="127.0.0.1:9094", cluster_secret=secret_or_None)
     quorum.propose(batch, *, leader_epoch=None, timeout_ms=None) -> Future[int]   # index
     await quorum.propose_async(batch, ...) -> int
     quorum.on_leadership_change(callback)        # callback(is_leader: bool, leader_epoch: int)
     quorum.force_snapshot()
     quorum.is_leader() / leader_address() / leader_epoch / commit_index / last_applied
-    quorum.has_quorum / peer_connections() / patch_counts() / status() -> dict / failure
+    quorum.has_quorum / peer_connections() / patch_counts() / transport_refusals()
+    quorum.status() -> dict / failure
     quorum.close()
+
+Transport. pysyncobj's own TCP transport binds 0.0.0.0 unless told otherwise, unpickles every
+message it reads before anything is authenticated (a pickle runs code), serves syncobj_admin's
+utility messages and admits any 'readonly' peer. Ours (_make_transport_class) keeps pysyncobj's
+connection management and replaces the wire:
+
+* the listener binds exactly ``bind_address`` (default: self_address; never a wildcard unless
+  given one, and a non-loopback one needs a cluster secret);
+* every connection starts with a challenge-response handshake keyed by
+  ``derive_key(secret, "raft")``: the dialer sends a nonce, its voter address and the address it
+  dialled; the listener refuses an address that is not a voter allowed to dial it (pysyncobj's
+  rule: the greater address dials) and proves the key with HMAC-SHA256 over both nonces, both
+  addresses and a direction label; the dialer checks that and proves the key the same way;
+* every later frame is ``length | seq | HMAC | payload`` under a per-connection, per-direction
+  key derived from the handshake; the length is checked against a limit before the frame is
+  buffered (1 KiB during the handshake, ``_FRAME_BYTES_MAX`` after) and the MAC and sequence
+  number before the payload is decoded;
+* payloads are pickles of protocol 4, read by an unpickler that resolves no global at all, and
+  then checked to be one of the message types pysyncobj sends between voters (append_entries,
+  next_node_idx, request_vote, response_vote, timeout_now, our keepalive) with the right field
+  types; log entries must be pysyncobj's no-op or our ``append`` envelope (pysyncobj unpickles
+  an entry unrestricted when it applies it), and chunked 'transmission' entries are refused.
+
+Anything else closes that connection (logged as a refusal with the peer's address and the
+reason, rate-limited, and counted in ``transport_refusals()``); pysyncobj redials as after any
+lost connection, so no input can stop or stall the node. Without a cluster secret (loopback-only
+development configs) the same wire runs under a fixed key: it then proves only that the peer
+can reach loopback, and the quorum logs a WARNING saying so. Frames are authenticated, not
+encrypted: confidentiality comes with TLS (the security issue). pysyncobj's ``password``
+encryption is not used.
 
 pysyncobj is patched. pysyncobj 0.3.17 breaks Raft's safety in its follower's append_entries
 and snapshot handling (tests/sim found it: acknowledged, committed entries lost; state machines
