@@ -29,9 +29,11 @@ from cluster_harness import ClusterHarness
 from broker.controller_client import ControllerClient
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.metadata_listener import MetadataListener, MetadataUpdate
+from tidelog.cluster_secret import read_secret_file
 from tidelog.errors import InconsistentClusterIdError
 from tidelog.metadata.delta import LocalPartition
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
+from tidelog.peer_auth import peer_metadata
 from tidelog.v1 import controller_pb2
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -67,6 +69,11 @@ def healthy(cluster: ClusterHarness) -> ClusterHarness:
     return cluster
 
 
+
+def _credential(cluster: ClusterHarness, broker_id: int) -> tuple[tuple[str, str], ...]:
+    """What broker ``broker_id`` sends to the controllers: they refuse broker RPCs without it."""
+    return peer_metadata(read_secret_file(cluster.local.secret_path), broker_id)
+
 class Recorder:
     """A publisher that keeps every update (what the replica manager would act on)."""
 
@@ -97,7 +104,8 @@ class Broker:
                  on_fatal: Callable[[Exception], None] | None = None) -> None:
         self.broker_id = broker_id
         cluster_id = cluster_id or cluster.cluster_id
-        self.client = ControllerClient(cluster.voters, name=f"broker {broker_id}")
+        self.client = ControllerClient(cluster.voters, name=f"broker {broker_id}",
+                                       peer_metadata=_credential(cluster, broker_id))
         self.recorder = Recorder()
         self.listener = MetadataListener(broker_id=broker_id, cluster_id=cluster_id,
                                          client=self.client, publishers=[self.recorder],
@@ -361,7 +369,8 @@ def test_a_broker_far_behind_starts_from_a_snapshot(healthy: ClusterHarness) -> 
         await asyncio.to_thread(healthy.restart, follower)
         target = brokers[171].listener.offset
         client = ControllerClient([v for v in healthy.voters
-                                   if healthy.controller_name(v.id) == follower])
+                                   if healthy.controller_name(v.id) == follower],
+                                  peer_metadata=_credential(healthy, 171))
         recorder = Recorder()
         listener = MetadataListener(broker_id=171, cluster_id=healthy.cluster_id, client=client,
                                     publishers=[recorder])
