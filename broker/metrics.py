@@ -102,6 +102,12 @@ class BrokerMetrics:
                                       registry=registry)
         self.retention_bytes_deleted = Counter(p + "retention_bytes_deleted",
                                                "bytes removed by retention", registry=registry)
+        self.log_flushes = Counter(
+            p + "log_flushes", "fsyncs forced by topic flush.messages / flush.ms (leader and "
+            "follower appends)", registry=registry)
+        self.log_flush_failures = Counter(
+            p + "log_flush_failures", "fsyncs that failed (a storage error: the produce is "
+            "answered KAFKA_STORAGE_ERROR with appended=true)", registry=registry)
         self._lag_labels: set[tuple[str, str, str]] = set()
         self._hw_lag_labels: set[tuple[str, str]] = set()
 

@@ -10,6 +10,14 @@ so no other request sees a half-done one:
   decoded) → producer check → ``append_as_leader`` (one WriteBatch) → ``ProducerStateTable.
   on_append`` → ``on_local_append`` and its effects, before anything else can serve a fetch.
   acks=all gets a waiter resolved by ``acks_all_outcome`` whenever the HW, role or ISR moves.
+  Once the storage append returned, the batch is in the log: nothing after it (bookkeeping, a
+  metric, the flush, the waiter) may raise to the caller, because an error that does not say
+  "appended" lets an idempotent producer re-sequence a batch that may be committed. Such a
+  failure is logged and returned in :attr:`AppendResult.error` with the batch's offsets.
+* **flush** (leader and follower alike): topic ``flush.messages`` counts appended batches and
+  fsyncs at the limit; ``flush.ms`` is checked on the replica manager's timer. A follower counts
+  the batches of each fetch response and fsyncs before it fetches again, so the LEO it reports
+  to the leader (which moves the HW, and so acks=all) is on disk when the topic asks for it.
 * **follower fetch served** (leader): ``on_follower_fetch`` (epochs, divergence, follower LEO,
   HW, ISR expansion) → its effects → a read of whole batches from the fetch offset.
 * **fetch response applied** (follower): ``on_fetch_response`` → effects: truncate (and the
@@ -25,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -51,13 +60,15 @@ from broker.replication import (
     TruncateTo,
     UpdateHighWatermark,
 )
-from broker.storage import FetchDataInfo, LogConfig, PartitionLog
+from broker.storage import AppendInfo, FetchDataInfo, LogConfig, PartitionLog
+from tidelog import invariants
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
     RequestTimedOutError,
     TidelogError,
+    UnknownServerError,
 )
 from tidelog.metadata.image import PartitionRegistration
 from tidelog.record_batch import RecordBatch, batch_crc, parse_batch, validate_batch
@@ -116,6 +127,9 @@ class AppendResult:
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     waiter: asyncio.Future[AcksDone] | None  # acks=all: resolved by the HW (or an error)
+    #: Something failed after the batch was in the log (the flush: KAFKA_STORAGE_ERROR; a bug:
+    #: UNKNOWN_SERVER_ERROR). Answer it with ``appended=true``: the batch may be committed.
+    error: TidelogError | None = None
 
 
 @dataclass(order=True, slots=True)
@@ -267,37 +281,79 @@ class Partition:
         append_time_ms = -1
         if isinstance(check, Duplicate):
             base_offset, last_offset = check.base_offset, check.last_offset
+            # A retry must not be answered "written" while the flush the topic asks for is
+            # still owed (it failed when the batch was first appended): try it again.
+            error = self._after_append("flush", self._flush_if_owed, base_offset)
         else:
-            base_offset, last_offset, append_time_ms = self._append(batch, len(data), now_ms,
-                                                                    monotonic_ms)
+            info = self._append(batch, now_ms)
+            base_offset, last_offset = info.base_offset, info.last_offset
+            if config.message_timestamp_type == "LogAppendTime":
+                append_time_ms = info.log_append_time_ms
+            # From here on the batch is in the log: failures are answered as appended.
+            error = self._after_append(
+                "bookkeeping",
+                lambda: self._on_leader_append(batch, info, len(data), monotonic_ms),
+                base_offset)
+            error = self._after_append(
+                "flush", lambda: self._count_unflushed(now_ms, 1), base_offset) or error
         waiter = None
-        if acks == _ACKS_ALL:
-            waiter = self._add_waiter(last_offset + 1, state.leader_epoch)
-        return AppendResult(base_offset, append_time_ms, self.log.log_start_offset, waiter)
+        if acks == _ACKS_ALL and error is None:
+            try:
+                waiter = self._add_waiter(last_offset + 1, state.leader_epoch)
+            except Exception as e:  # a bug; the batch is in the log all the same
+                error = self._after_append_failed("the acks=all wait", e, base_offset)
+        return AppendResult(base_offset, append_time_ms, self.log.log_start_offset, waiter,
+                            error)
 
-    def _append(self, batch: RecordBatch, size: int, now_ms: int,
-                monotonic_ms: int) -> tuple[int, int, int]:
-        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
-        if log_append_time and batch.timestamp_type != _LOG_APPEND_TIME:
+    def _append(self, batch: RecordBatch, now_ms: int) -> AppendInfo:
+        """The storage append alone. When it raises, nothing was written and the error is
+        answered as such."""
+        if (self.config.message_timestamp_type == "LogAppendTime"
+                and batch.timestamp_type != _LOG_APPEND_TIME):
             # timestamp_type is under the CRC (common.proto): recompute it, as Kafka's leader
             # does when it rewrites a batch's timestamp type.
             batch.timestamp_type = _LOG_APPEND_TIME
             batch.crc = batch_crc(batch)
-        info = self.log.append_as_leader(batch, leader_epoch=self.state.leader_epoch,
+        return self.log.append_as_leader(batch, leader_epoch=self.state.leader_epoch,
                                          now_ms=now_ms)
+
+    def _on_leader_append(self, batch: RecordBatch, info: AppendInfo, size: int,
+                          monotonic_ms: int) -> None:
+        """What every leader append is followed by, before anything can serve a fetch (the
+        core asserts it): the producer state first (a retry must find the batch), then the
+        core and its effects, the follower wake-up and the metrics."""
         self.producers.on_append(BatchHeader(
             batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count,
             info.base_offset, info.log_append_time_ms))
-        # Right after the append, before anything can serve a fetch (the core asserts it).
         effects = self.state.on_local_append(self.log.log_end_offset, now_ms=monotonic_ms)
         self.context.on_new_data(self)
         self.run_effects(effects)
         if self.metrics is not None:
             self.metrics.bytes_in.inc(size)
             self.metrics.messages_in.inc(batch.record_count)
-        self._count_unflushed(now_ms)
-        return info.base_offset, info.last_offset, (
-            info.log_append_time_ms if log_append_time else -1)
+
+    def _after_append(self, what: str, step: Callable[[], object],
+                      base_offset: int) -> TidelogError | None:
+        """Run one step that follows an append; its failure becomes the error to answer
+        (with appended=true), never an exception that would say "not written"."""
+        try:
+            step()
+        except Exception as e:
+            return self._after_append_failed(what, e, base_offset)
+        return None
+
+    def _after_append_failed(self, what: str, error: Exception,
+                             base_offset: int) -> TidelogError:
+        if isinstance(error, TidelogError):
+            # A storage failure (the flush): Kafka would take the log dir offline. The batch
+            # stays in the log and may be committed; the producer retries it as it is.
+            log.error("%s: the batch at offset %d is in the log, but %s failed: %s", self.name,
+                      base_offset, what, error)
+            return error
+        log.exception("%s: the batch at offset %d is in the log, but %s failed", self.name,
+                      base_offset, what)
+        return UnknownServerError(f"{what} failed after the append at offset {base_offset}: "
+                                  f"{type(error).__name__}: {error}")
 
     def _add_waiter(self, required_offset: int, leader_epoch: int) -> asyncio.Future[AcksDone]:
         future: asyncio.Future[AcksDone] = asyncio.get_running_loop().create_future()
@@ -409,7 +465,7 @@ class Partition:
 
     def _append_fetched(self, fetched: list[tuple[bytes, RecordBatch]], next_offset: int) -> None:
         log_ = self.log
-        total = 0
+        total = appended = 0
         for data, header in fetched:
             if header.base_offset + header.record_count <= log_.log_end_offset:
                 continue  # already here (cannot happen at a batch boundary; harmless if it does)
@@ -421,9 +477,17 @@ class Partition:
                 header.producer_id, header.producer_epoch, header.base_sequence,
                 header.record_count, header.base_offset, header.log_append_time_ms))
             total += len(data)
-        assert log_.log_end_offset == next_offset, (self.name, log_.log_end_offset, next_offset)
+            appended += 1
+        invariants.check(log_.log_end_offset == next_offset,
+                         f"{self.name}: LEO {log_.log_end_offset} after the fetched batches, "
+                         f"the core expected {next_offset}")
         if self.metrics is not None:
             self.metrics.replication_bytes_in.inc(total)
+        if appended:
+            # flush.messages holds on followers as on the leader (Kafka's log.append flushes
+            # for both), before this follower's next fetch reports its new LEO to the leader.
+            # The fetcher passes no clock; flush.ms needs only the wall time of this append.
+            self._count_unflushed(int(time.time() * 1000), appended)
 
     # --- effects -------------------------------------------------------------------------------
 
@@ -444,8 +508,8 @@ class Partition:
             elif isinstance(effect, CheckProduceWaiters):
                 recheck = True
             elif isinstance(effect, AppendFetchedBatches):
-                assert fetched, effect
-                self._append_fetched(fetched, effect.next_offset)
+                invariants.check(bool(fetched), f"{self.name}: {effect} without batches")
+                self._append_fetched(fetched or [], effect.next_offset)
             elif isinstance(effect, TruncateTo):
                 self._truncate_to(effect.offset)
             elif isinstance(effect, TruncateFullyAndStartAt):
@@ -504,7 +568,10 @@ class Partition:
         self._producer_state_saved_at = end
         return True
 
-    def _count_unflushed(self, now_ms: int) -> None:
+    def _count_unflushed(self, now_ms: int, batches: int) -> None:
+        """Topic flush.messages: count ``batches`` just appended (as leader or follower) and
+        fsync at the limit. A flush that fails leaves the count, so the next append -- or a
+        retry of this batch (``_flush_if_owed``) -- tries again."""
         config = self.config
         if config.flush_messages >= 2**62 and config.flush_ms >= 2**62:
             return  # Kafka's defaults: never force an fsync
@@ -513,8 +580,13 @@ class Partition:
             self._unflushed_batches = 0
         if self._unflushed_batches == 0:
             self._first_unflushed_ms = now_ms
-        self._unflushed_batches += 1
-        if self._unflushed_batches >= config.flush_messages:
+        self._unflushed_batches += batches
+        self._flush_if_owed()
+
+    def _flush_if_owed(self) -> None:
+        """fsync when flush.messages batches are unflushed (no storage flush since them)."""
+        if (self._unflushed_batches >= self.config.flush_messages
+                and self._flush_generation == self.context.flush_generation):
             self.context.flush()
 
     def maybe_flush(self, now_ms: int) -> None:

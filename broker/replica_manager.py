@@ -439,8 +439,21 @@ class ReplicaManager:
         self._consumer_waiters.wake(partition.key)
 
     def flush(self) -> None:
-        self.storage.flush()
+        """fsync for a topic's flush.messages / flush.ms (leader and follower appends). A
+        failure is a storage error: logged at ERROR, counted, and raised as
+        KAFKA_STORAGE_ERROR to the partition (which answers a produce with appended=true)."""
+        try:
+            self.storage.flush()
+        except Exception as e:
+            if self.metrics is not None:
+                self.metrics.log_flush_failures.inc()
+            log.error("broker %d: flushing the log failed: %s", self.broker_id, e)
+            if isinstance(e, TidelogError):
+                raise
+            raise KafkaStorageErrorError(f"flushing the log failed: {e}") from e
         self._flush_generation += 1
+        if self.metrics is not None:
+            self.metrics.log_flushes.inc()
 
     @property
     def flush_generation(self) -> int:
@@ -494,7 +507,13 @@ class ReplicaManager:
                 result.base_offset = appended.base_offset
                 result.log_append_time_ms = appended.log_append_time_ms
                 result.log_start_offset = appended.log_start_offset
-                if appended.waiter is not None:
+                if appended.error is not None:
+                    # It failed after the append (the flush): the batch is in the log and may
+                    # be committed, so say so; the offsets stay, as they are known.
+                    result.appended = True
+                    self._set_error(result, appended.error, topic_id, data.partition_id,
+                                    "produce")
+                elif appended.waiter is not None:
                     pending.append(_Pending(result, partition, appended.waiter))
         if pending:
             await self._await_acks(pending, request.timeout_ms)

@@ -393,7 +393,9 @@ def _check_header(batch: RecordBatch, payload_size: int | None = None) -> None:
             f"record batch has producer id {batch.producer_id} / epoch {batch.producer_epoch} "
             "out of range"
         )
-    if batch.base_sequence < -1 or batch.base_sequence + batch.record_count - 1 > _INT32_MAX:
+    # Sequences are int32s that wrap from 2**31 - 1 to 0, inside a batch too (Kafka's
+    # DefaultRecordBatch.incrementSequence): base_sequence + record_count may pass the maximum.
+    if not -1 <= batch.base_sequence <= _INT32_MAX:
         raise CorruptMessageError(
             f"record batch base_sequence {batch.base_sequence} is out of range"
         )

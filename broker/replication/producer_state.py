@@ -44,7 +44,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tidelog import limits
+from tidelog import invariants, limits
 from tidelog.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
@@ -52,6 +52,7 @@ from tidelog.errors import (
     OutOfOrderSequenceNumberError,
     TidelogError,
 )
+from tidelog.invariants import InvariantViolation
 
 __all__ = [
     "NO_PRODUCER_ID",
@@ -264,15 +265,22 @@ class ProducerStateTable:
 
     def on_append(self, header: BatchHeader) -> None:
         """A batch was appended (leader after ``check``, follower after a fetch, recovery in
-        ``replay``). Followers do not validate: the leader's log is the truth."""
-        assert header.base_offset >= self._end_offset, (header, self._end_offset)
-        assert 1 <= header.record_count <= limits.BATCH_RECORDS_MAX, header
-        self._end_offset = header.base_offset + header.record_count
+        ``replay``). Followers do not validate: the leader's log is the truth, and a stored
+        batch was validated when it was appended -- a header that breaks that is a bug here,
+        raised as InvariantViolation (never skipped, even under ``python -O``)."""
+        if not (header.base_offset >= self._end_offset
+                and 1 <= header.record_count <= limits.BATCH_RECORDS_MAX):
+            raise InvariantViolation(
+                f"batch {header} applied below the producer state's end {self._end_offset} "
+                "or with a bad record count")
         if header.producer_id == NO_PRODUCER_ID:
+            self._end_offset = header.base_offset + header.record_count
             return
         problem = _header_problem(header.producer_id, header.producer_epoch,
                                   header.base_sequence, header.record_count)
-        assert problem is None, problem
+        if problem is not None:
+            raise InvariantViolation(f"batch {header} applied to the producer state: {problem}")
+        self._end_offset = header.base_offset + header.record_count
         entry = self._producers.get(header.producer_id)
         if entry is None:
             entry = self._add(header.producer_id, header.producer_epoch, header.timestamp_ms)
@@ -322,7 +330,7 @@ class ProducerStateTable:
         """The log now ends at ``offset``: forget batches at or after it (a batch that holds
         ``offset`` is gone whole, as in the log). A producer left with no cached batch is
         forgotten: what came before its cached batches is not known here."""
-        assert offset >= 0, offset
+        invariants.check(offset >= 0, f"producer state truncated to offset {offset}")
         if offset >= self._end_offset:
             return
         self._end_offset = offset
@@ -334,7 +342,7 @@ class ProducerStateTable:
                 del self._producers[producer_id]
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        assert offset >= 0, offset
+        invariants.check(offset >= 0, f"producer state restarted at offset {offset}")
         self._producers.clear()
         self._end_offset = offset
 

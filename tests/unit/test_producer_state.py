@@ -11,6 +11,7 @@ several producers with epoch bumps and wrapping sequences.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ from broker.replication.producer_state import (
     Reject,
     next_sequence,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.v1.common_pb2 import ErrorCode
 
 PID = 42
@@ -127,6 +129,38 @@ def test_sequences_wrap_at_int32_max() -> None:
     assert log.check(SEQUENCE_MAX, 3) == Duplicate(base, base + 2)
     assert error_of(log.check(SEQUENCE_MAX - 20, 2)) == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
     assert next_sequence(SEQUENCE_MAX) == 0 and next_sequence(SEQUENCE_MAX - 1, 3) == 1
+
+
+def test_across_the_wrap_a_batch_boundary_continues_at_0_and_gaps_are_out_of_order() -> None:
+    """Kafka's rule (ProducerStateManager.inSequence): after SEQUENCE_MAX comes 0, so a batch
+    ending at SEQUENCE_MAX is followed by one starting at 0; anything else is a gap."""
+    log = Log()
+    log.table.on_append(BatchHeader(PID, 0, SEQUENCE_MAX - 3, 1, log.offset, NOW))
+    log.offset += 1
+    ending = log.append(SEQUENCE_MAX - 2, 3)  # SEQUENCE_MAX - 2 .. SEQUENCE_MAX
+    assert error_of(log.check(1)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "0 was skipped"
+    starting = log.append(0, 2)  # 0, 1
+    assert log.check(SEQUENCE_MAX - 2, 3) == Duplicate(ending, ending + 2)
+    assert log.check(0, 2) == Duplicate(starting, starting + 1)
+    assert error_of(log.check(3)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "2 was skipped"
+    assert error_of(log.check(SEQUENCE_MAX - 1, 3)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, \
+        "other boundaries than the appended batches' are not a duplicate"
+    assert log.check(2) == Accept()
+
+
+def test_a_header_that_breaks_the_tables_invariants_raises_even_under_python_O() -> None:
+    """on_append is fed stored batches; one below the table's end, or with a bad sequence, is a
+    bug that must raise (InvariantViolation), not be skipped as a bare assert is under -O."""
+    log = Log()
+    log.append(0, 2)
+    for header in (BatchHeader(PID, 0, 2, 1, 0, NOW),  # below the end offset
+                   BatchHeader(PID, 0, SEQUENCE_MAX + 1, 1, 2, NOW),
+                   BatchHeader(PID, 0, 2, 0, 2, NOW)):
+        with pytest.raises(InvariantViolation):
+            log.table.on_append(header)
+    assert log.table.end_offset == 2, "a refused header changes nothing"
+    with pytest.raises(InvariantViolation):
+        log.table.truncate_to(-1)
 
 
 def test_malformed_headers_are_invalid_records() -> None:
