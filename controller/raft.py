@@ -991,7 +991,7 @@ _FRAME_LENGTH = struct.Struct(">I")
 _FRAME_SEQ = struct.Struct(">Q")
 #: Largest handshake frame (magic, kind, nonce, two addresses: at most 554 bytes).
 _HANDSHAKE_FRAME_BYTES_MAX = 1024
-#: Incoming connections still in their handshake; more are closed as soon as accepted.
+#: Incoming connections still in their handshake; past it, the oldest of them is closed.
 _PENDING_HANDSHAKES_MAX = 16
 #: A refusal is logged the first time per (peer host, reason), then at most once per interval.
 _REFUSAL_LOG_INTERVAL_S = 60.0
@@ -1334,7 +1334,7 @@ class _RaftConnection:
         self._on_refused = on_refused
         self._read_buffer = bytearray()
         self._write_buffer = bytearray()
-        self._last_read = self._handshake_deadline = 0.0
+        self._last_read = self.handshake_deadline = 0.0
         self._on_connected: Callable[[], None] | None = None
         self._on_message: Callable[[Any], None] | None = None
         self._on_disconnected: Callable[[], None] | None = None
@@ -1426,7 +1426,7 @@ class _RaftConnection:
     def check_timeout(self, now: float) -> None:
         """Called every tick: a handshake that is not done in time, or a connection with
         nothing read for timeout_s, is closed (pysyncobj checked only when it sent)."""
-        if self._state == CONNECTION_STATE.CONNECTING and now > self._handshake_deadline:
+        if self._state == CONNECTION_STATE.CONNECTING and now > self.handshake_deadline:
             if self._handshake.is_dialer:
                 self.disconnect()  # a peer that is down or paused: redialled, not an attack
             else:
@@ -1451,7 +1451,7 @@ class _RaftConnection:
         if tcp_connected:
             self.remote = _remote_of(sock)
         self._last_read = time.monotonic()
-        self._handshake_deadline = self._last_read + self._timeout_s
+        self.handshake_deadline = self._last_read + self._timeout_s
         self._subscribe()
 
     def _subscribe(self) -> None:
@@ -1695,10 +1695,12 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
 
         def _on_accept(self, sock: socket.socket) -> None:
             if len(self._unknownConnections) >= _PENDING_HANDSHAKES_MAX:
-                self._refusals.record(_remote_of(sock), None, "too many connections in "
-                                      f"handshake (at most {_PENDING_HANDSHAKES_MAX})")
-                sock.close()
-                return
+                # The oldest goes, not the newest: a voter finishes its handshake in one round
+                # trip, so connections left open in it cannot keep the voters out.
+                oldest = min(self._unknownConnections, key=lambda c: c.handshake_deadline)
+                self._on_refused(oldest, f"more than {_PENDING_HANDSHAKES_MAX} connections "
+                                 f"in handshake: the oldest is closed")
+                oldest.disconnect()
             conn = self._new_connection(sock, None)
             conn.on_authenticated = functools.partial(self._on_incoming_authenticated, conn)
             conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))

@@ -432,3 +432,20 @@ def test_bad_peers_are_closed_counted_and_the_node_keeps_running(
         assert raft._decode_message(codec.open(good.read_body()))["type"]
     finally:
         good.close()
+
+
+def test_idle_handshakes_cannot_keep_a_voter_out(node: RaftQuorum) -> None:
+    port = int(node.self_address.rsplit(":", 1)[1])
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+            for _ in range(raft._PENDING_HANDSHAKES_MAX + 2)]
+    try:
+        _wait_refusals(node, 2)  # the two oldest idle ones were closed to make room
+        good = Peer(node.self_address)
+        try:
+            codec = good.authenticate()
+            assert raft._decode_message(codec.open(good.read_body()))["type"]
+        finally:
+            good.close()
+    finally:
+        for sock in idle:
+            sock.close()
