@@ -30,6 +30,7 @@ import grpc
 
 from tidelog import limits
 from tidelog.local_cluster import LocalCluster
+from tidelog.peer_auth import peer_metadata
 from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -41,19 +42,24 @@ FAILOVER_DEADLINE_S = 20.0
 class Quorum:
     """A tiny controller client: finds the active controller and follows NOT_CONTROLLER."""
 
-    def __init__(self, addresses: list[str]) -> None:
+    def __init__(self, addresses: list[str], secret: str | None) -> None:
         self.stubs = {a: controller_pb2_grpc.ControllerServiceStub(
             grpc.aio.insecure_channel(a, options=OPTIONS)) for a in addresses}
         self.active = addresses[0]
+        self.secret = secret
 
     async def call(self, method: str, request: Any, *, deadline_s: float = 10.0) -> Any:
+        # The controllers answer only brokers of the cluster: the bench plays simulated
+        # brokers, so it signs each call as the broker the request names (or broker 0 for
+        # the admin calls a broker would forward).
+        metadata = peer_metadata(self.secret, getattr(request, "broker_id", 0))
         deadline = time.monotonic() + deadline_s
         addresses = list(self.stubs)
         i = addresses.index(self.active)
         while True:
             try:
                 response = await getattr(self.stubs[self.active], method)(
-                    request, timeout=CALL_TIMEOUT_S)
+                    request, timeout=CALL_TIMEOUT_S, metadata=metadata)
                 if response.error_code != ErrorCode.NOT_CONTROLLER:
                     return response
                 hint = response.controller
@@ -152,7 +158,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster = LocalCluster.create(tmp, controllers=3, brokers=0,
                                       overrides={"controller": {"snapshot_min_entries": 20000}})
         with cluster.running():
-            q = Quorum(cluster.controller_addresses)
+            q = Quorum(cluster.controller_addresses, cluster.secret_path.read_text().strip())
             epochs = await register_brokers(q, cluster.cluster_id, 3)
             beats = asyncio.ensure_future(heartbeat_forever(q, epochs))
             await asyncio.sleep(1.0)  # let the brokers unfence
