@@ -294,8 +294,10 @@ class Partition:
                 "bookkeeping",
                 lambda: self._on_leader_append(batch, info, len(data), monotonic_ms),
                 base_offset)
+            # flush.ms is a duration: measured on the monotonic clock, so a wall-clock step
+            # neither forces nor postpones an fsync.
             error = self._after_append(
-                "flush", lambda: self._count_unflushed(now_ms, 1), base_offset) or error
+                "flush", lambda: self._count_unflushed(monotonic_ms, 1), base_offset) or error
         waiter = None
         if acks == _ACKS_ALL and error is None:
             try:
@@ -486,8 +488,8 @@ class Partition:
         if appended:
             # flush.messages holds on followers as on the leader (Kafka's log.append flushes
             # for both), before this follower's next fetch reports its new LEO to the leader.
-            # The fetcher passes no clock; flush.ms needs only the wall time of this append.
-            self._count_unflushed(int(time.time() * 1000), appended)
+            # The fetcher passes no clock; flush.ms is a duration, so the monotonic one.
+            self._count_unflushed(int(time.monotonic() * 1000), appended)
 
     # --- effects -------------------------------------------------------------------------------
 

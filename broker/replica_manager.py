@@ -917,7 +917,7 @@ class ReplicaManager:
                 if now >= at:
                     due[job] = now + periods[job]
                     self.run_job(job)
-            self._guarded("flush", lambda: self.storage.maybe_flush(_wall_ms()))
+            self._guarded("flush", lambda: self.storage.maybe_flush(_monotonic_ms()))
 
     def run_job(self, job: str) -> None:
         """Run one periodic job now (the timer calls this; tests too)."""
@@ -959,7 +959,7 @@ class ReplicaManager:
             self.metrics.retention_bytes_deleted.inc(removed)
 
     def _update_gauges(self) -> None:
-        now_ms = _wall_ms()
+        now_ms = _monotonic_ms()  # flush.ms is a duration (see Partition._count_unflushed)
         self._maybe_delete_strays()
         for partition in self.partitions():
             partition.maybe_flush(now_ms)

@@ -202,3 +202,32 @@ def test_sequences_wrap_at_int32_max_through_the_leader(tmp_path: Path) -> None:
         assert values(c.log_batches(2, "t")) == [b"a0", b"b0", b"a1", b"a2", b"a3", b"a4",
                                                  b"b1", b"b2", b"b3", b"b4"]
     scenario(tmp_path, body, broker_ids=(1, 2))
+
+
+# --- flush.ms is a duration ----------------------------------------------------------------------
+
+
+def test_flush_ms_is_measured_on_the_monotonic_clock(tmp_path: Path) -> None:
+    """A wall-clock step must neither force nor postpone a topic's flush.ms fsync: the age of
+    the oldest unflushed append is measured with the clock the core runs on, not with the
+    append's wall-clock timestamp."""
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        topic_id = c.create_topic("t", [[1]], {"flush.ms": "1000"})
+        partition = c.managers[1].partition(topic_id, 0)
+        assert partition is not None
+        storage = c.managers[1].storage
+        real_flush = storage.flush
+        flushes: list[int] = []
+
+        def counting_flush() -> None:
+            real_flush()
+            flushes.append(1)
+        storage.flush = counting_flush  # type: ignore[method-assign]
+        wall_ms, monotonic_ms = 4_000_000_000_000, 5_000  # the wall clock far ahead
+        partition.append_as_leader(batch(b"x"), acks=1, now_ms=wall_ms, monotonic_ms=monotonic_ms)
+        partition.maybe_flush(monotonic_ms + 999)
+        assert not flushes, "flush.ms has not passed on the monotonic clock"
+        partition.maybe_flush(monotonic_ms + 1000)
+        assert flushes == [1], "flush.ms passed: the append is fsynced"
+    scenario(tmp_path, body, broker_ids=(1,))
