@@ -106,6 +106,7 @@ The Raft word "term" stays inside this module: outside it is the quorum's ``lead
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import collections
 import concurrent.futures
@@ -131,16 +132,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import pysyncobj.syncobj as syncobj_module
-import pysyncobj.version as pysyncobj_version
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
-from pysyncobj.node import Node
-from pysyncobj.poller import POLL_EVENT_TYPE
-from pysyncobj.syncobj import _COMMAND_TYPE
-from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive
-from pysyncobj.transport import Transport
+# Importing pysyncobj runs pysyncobj/win_inet_pton.py (tcp_connection imports it), which replaces
+# socket.inet_ntop in the WHOLE process with a Windows-only version that raises TypeError
+# elsewhere. Saved here and restored right after pysyncobj's imports below; if pysyncobj was
+# imported before this module (tests/sim does), the saved one is already pysyncobj's, so the
+# C implementation is put back instead.
+_socket_inet_ntop = socket.inet_ntop
 
-from tidelog.cluster_secret import derive_key, is_loopback
+import pysyncobj.syncobj as syncobj_module  # noqa: E402
+import pysyncobj.version as pysyncobj_version  # noqa: E402
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated  # noqa: E402
+from pysyncobj.node import Node  # noqa: E402
+from pysyncobj.poller import POLL_EVENT_TYPE  # noqa: E402
+from pysyncobj.syncobj import _COMMAND_TYPE  # noqa: E402
+from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive  # noqa: E402
+from pysyncobj.transport import Transport  # noqa: E402
+from pysyncobj.win_inet_pton import inet_ntop as _windows_inet_ntop  # noqa: E402
+
+from tidelog.cluster_secret import derive_key, is_loopback  # noqa: E402
+
+socket.inet_ntop = _socket.inet_ntop if _socket_inet_ntop is _windows_inet_ntop \
+    else _socket_inet_ntop
 
 __all__ = [
     "FailReason",

@@ -14,7 +14,6 @@ after all of it every controller still runs, the quorum has a leader, and a writ
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import pickle
 import shlex
@@ -89,7 +88,8 @@ def listening_hosts(pid: int, port: int) -> list[str]:
             raw = bytes.fromhex(host_hex)
             # /proc prints each 32-bit word of the address in host (little-endian) order.
             raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-            hosts.append(str(ipaddress.ip_address(raw)))
+            family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+            hosts.append(socket.inet_ntop(family, raw))
     return hosts
 
 

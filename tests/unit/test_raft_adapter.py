@@ -569,3 +569,12 @@ def test_reject_floor_keeps_the_conflict_until_a_success() -> None:
     assert floor.rewrites == 2
     keepalive = {"type": "tidelog_keepalive"}
     assert floor.apply("leader", keepalive) is keepalive
+
+
+def test_importing_the_adapter_leaves_socket_inet_ntop_working() -> None:
+    """pysyncobj's tcp_connection imports its win_inet_pton, which replaces socket.inet_ntop in
+    the whole process with a Windows-only one that raises on Linux; the adapter undoes that."""
+    import controller.raft  # noqa: F401 (imported above too: this is the import under test)
+
+    assert socket.inet_ntop(socket.AF_INET, b"\x7f\x00\x00\x01") == "127.0.0.1"
+    assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
