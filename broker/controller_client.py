@@ -52,6 +52,7 @@ from tidelog.errors import (
     TidelogError,
     UnknownServerError,
 )
+from tidelog.invariants import InvariantViolation, check
 from tidelog.peer_auth import peer_interceptors
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
@@ -99,8 +100,14 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_reconnect_backoff_ms", 1_000),
 )
 
-assert BACKOFF_INITIAL_MS < BACKOFF_MAX_MS < ATTEMPT_TIMEOUT_MS_DEFAULT < CALL_TIMEOUT_MS_DEFAULT
-assert ATTEMPTS_MAX * BACKOFF_INITIAL_MS < CALL_TIMEOUT_MS_DEFAULT
+check(
+    BACKOFF_INITIAL_MS < BACKOFF_MAX_MS < ATTEMPT_TIMEOUT_MS_DEFAULT < CALL_TIMEOUT_MS_DEFAULT,
+    "the backoffs, an attempt and a call must nest",
+)
+check(
+    ATTEMPTS_MAX * BACKOFF_INITIAL_MS < CALL_TIMEOUT_MS_DEFAULT,
+    "the backoffs of every attempt must fit the call timeout",
+)
 
 _SERVICE = controller_pb2.DESCRIPTOR.services_by_name["ControllerService"]
 #: The unary ControllerService methods :meth:`ControllerClient.call` accepts, by name.
@@ -113,7 +120,10 @@ _RESPONSE_TYPES: dict[str, type[protobuf_message.Message]] = {
 }
 #: Methods any controller answers from its own view: a success does not mean it is active.
 _READ_METHODS = frozenset({"DescribeQuorum", "DescribeConfigs"})
-assert _READ_METHODS <= UNARY_METHODS and "RegisterBroker" in UNARY_METHODS
+check(
+    _READ_METHODS <= UNARY_METHODS and "RegisterBroker" in UNARY_METHODS,
+    "the read methods and RegisterBroker must be unary methods",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +160,12 @@ class ControllerClient:
             v if isinstance(v, ControllerEndpoint) else ControllerEndpoint.from_voter(v)
             for v in voters
         ]
-        assert endpoints, "a controller client needs at least one voter"
-        assert len({e.node_id for e in endpoints}) == len(endpoints), "duplicate voter ids"
-        assert attempt_timeout_ms > 0 and call_timeout_ms > 0
+        check(len(endpoints) > 0, "a controller client needs at least one voter")
+        check(len({e.node_id for e in endpoints}) == len(endpoints), "duplicate voter ids")
+        if not (attempt_timeout_ms > 0 and call_timeout_ms > 0):
+            raise InvariantViolation(
+                f"attempt timeout {attempt_timeout_ms} ms, call timeout {call_timeout_ms} ms: both "
+                "must be positive")
         self._endpoints = {e.node_id: e for e in sorted(endpoints, key=lambda e: e.node_id)}
         self._order = list(self._endpoints)
         self._attempt_timeout_ms = attempt_timeout_ms
@@ -204,7 +217,7 @@ class ControllerClient:
 
     def stub(self, voter_id: int) -> Any:
         """The ControllerService stub of one voter (its channel opens on first use)."""
-        assert not self._closed, "the controller client is closed"
+        check(not self._closed, "the controller client is closed")
         stub = self._stubs.get(voter_id)
         if stub is None:
             endpoint = self._endpoints[voter_id]
@@ -257,7 +270,10 @@ class ControllerClient:
             raise ValueError(f"{method_name!r} is not a unary ControllerService method")
         total_ms = timeout_ms if timeout_ms is not None else self._call_timeout_ms
         per_attempt_ms = attempt_timeout_ms or self._attempt_timeout_ms
-        assert total_ms > 0 and per_attempt_ms > 0
+        if not (total_ms > 0 and per_attempt_ms > 0):
+            raise InvariantViolation(
+                f"call timeout {total_ms} ms, attempt timeout {per_attempt_ms} ms: both must be "
+                "positive")
         attempt = _Attempts(self, method_name, total_ms)
         target = self.preferred_voter()
         while attempt.next():

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable, Iterable
 
+from tidelog.invariants import InvariantViolation, check
+
 __all__ = ["DELAYED_FETCHES_MAX", "FetchWaiters"]
 
 #: Fetches that may wait at once per kind (Kafka bounds its purgatories by memory only).
@@ -33,7 +35,8 @@ class FetchWaiters:
     """Futures waiting for partition events, keyed by partition (see the module doc)."""
 
     def __init__(self, *, waiters_max: int = DELAYED_FETCHES_MAX) -> None:
-        assert waiters_max > 0, waiters_max
+        if waiters_max <= 0:
+            raise InvariantViolation(f"waiters_max {waiters_max} is not positive")
         self.waiters_max = waiters_max
         self._by_key: dict[Hashable, set[asyncio.Future[None]]] = {}
         self._count = 0
@@ -61,7 +64,7 @@ class FetchWaiters:
                 if not watchers:
                     del self._by_key[key]
         self._count -= 1
-        assert self._count >= 0
+        check(self._count >= 0, "more futures unwatched than watched")
         if not future.done():
             future.cancel()
 

@@ -55,6 +55,7 @@ from broker.partition import Partition, PartitionKey
 from broker.replication import FollowerFetch
 from tidelog import limits
 from tidelog.errors import NetworkError, TidelogError
+from tidelog.invariants import InvariantViolation, check
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
@@ -93,9 +94,18 @@ FETCHER_PARTITIONS_MAX = limits.PARTITIONS_PER_REQUEST_MAX
 #: UNIMPLEMENTED, and the follower goes back to the unary Fetch.
 REPLICA_FETCH_STREAM_METHOD = "/tidelog.v1.ReplicaService/FetchStream"
 
-assert REPLICA_FETCH_PARTITION_BYTES_MAX <= REPLICA_FETCH_RESPONSE_BYTES_MAX
-assert REPLICA_FETCH_RESPONSE_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX
-assert FETCH_BACKOFF_MS_DEFAULT < FETCH_BACKOFF_MAX_MS <= IDLE_WAIT_MAX_MS
+check(
+    REPLICA_FETCH_PARTITION_BYTES_MAX <= REPLICA_FETCH_RESPONSE_BYTES_MAX,
+    "a partition's fetch bytes must fit a fetch response",
+)
+check(
+    REPLICA_FETCH_RESPONSE_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX,
+    "a replica fetch response must fit a gRPC message",
+)
+check(
+    FETCH_BACKOFF_MS_DEFAULT < FETCH_BACKOFF_MAX_MS <= IDLE_WAIT_MAX_MS,
+    "the fetch backoff must have room to grow, up to the idle wait",
+)
 
 
 class ReplicaTransport(Protocol):
@@ -230,7 +240,7 @@ class ReplicaFetcher:
         self.fetches = 0  # answered RPCs (tests and logs)
 
     def add(self, partition: Partition) -> None:
-        assert len(self.partitions) < FETCHER_PARTITIONS_MAX, "too many partitions per leader"
+        check(len(self.partitions) < FETCHER_PARTITIONS_MAX, "too many partitions per leader")
         self.partitions[partition.key] = partition
         self._backoff_until_ms.pop(partition.key, None)
         self._wake.set()
@@ -384,8 +394,13 @@ class ReplicaFetcherManager:
     def __init__(self, *, broker_id: int, broker_epoch: Callable[[], int],
                  transport: ReplicaTransport, fetch_wait_max_ms: int,
                  fetch_backoff_ms: int = FETCH_BACKOFF_MS_DEFAULT) -> None:
-        assert 0 < fetch_wait_max_ms <= limits.FETCH_WAIT_MS_MAX, fetch_wait_max_ms
-        assert 0 < fetch_backoff_ms <= FETCH_BACKOFF_MAX_MS, fetch_backoff_ms
+        if not 0 < fetch_wait_max_ms <= limits.FETCH_WAIT_MS_MAX:
+            raise InvariantViolation(
+                f"replica.fetch.wait.max.ms {fetch_wait_max_ms} outside "
+                f"1..{limits.FETCH_WAIT_MS_MAX}")
+        if not 0 < fetch_backoff_ms <= FETCH_BACKOFF_MAX_MS:
+            raise InvariantViolation(
+                f"fetch backoff {fetch_backoff_ms} ms outside 1..{FETCH_BACKOFF_MAX_MS}")
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.transport = transport
@@ -407,7 +422,9 @@ class ReplicaFetcherManager:
         """Fetch ``partition`` from ``leader_id`` (moving it from another fetcher if needed)."""
         if self._stopped:
             return
-        assert leader_id >= 0 and leader_id != self.broker_id, leader_id
+        if not (leader_id >= 0 and leader_id != self.broker_id):
+            raise InvariantViolation(
+                f"broker {self.broker_id} cannot fetch from leader {leader_id}")
         previous = self._leader_of.get(partition.key)
         if previous is not None and previous != leader_id:
             self._remove_from(previous, partition.key)

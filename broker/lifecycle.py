@@ -38,6 +38,7 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import TOPIC_ID_BYTES
 from tidelog.v1 import common_pb2, controller_pb2
 from tidelog.v1.common_pb2 import ErrorCode
@@ -69,8 +70,14 @@ OFFSET_POLL_MS = 50
 #: A registration attempt (all retries inside the client) is bounded by this.
 REGISTRATION_ATTEMPT_TIMEOUT_MS = 10_000
 
-assert OFFSET_POLL_MS < HEARTBEAT_ATTEMPT_TIMEOUT_MS < HEARTBEAT_TIMEOUT_MS_MIN
-assert REGISTRATION_ATTEMPT_TIMEOUT_MS < REGISTRATION_TIMEOUT_MS_DEFAULT
+check(
+    OFFSET_POLL_MS < HEARTBEAT_ATTEMPT_TIMEOUT_MS < HEARTBEAT_TIMEOUT_MS_MIN,
+    "the offset poll, a heartbeat attempt and the heartbeat timeout must nest",
+)
+check(
+    REGISTRATION_ATTEMPT_TIMEOUT_MS < REGISTRATION_TIMEOUT_MS_DEFAULT,
+    "a registration attempt must fit the registration timeout",
+)
 
 
 class BrokerState(enum.Enum):
@@ -115,11 +122,15 @@ class BrokerLifecycleManager:
         inter_broker_host: str = "",
         inter_broker_port: int = 0,
     ) -> None:
-        assert broker_id >= 0 and heartbeat_interval_ms > 0
+        if not (broker_id >= 0 and heartbeat_interval_ms > 0):
+            raise InvariantViolation(
+                f"broker id {broker_id}, heartbeat interval {heartbeat_interval_ms} ms")
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.incarnation_id = incarnation_id if incarnation_id is not None else uuid.uuid4().bytes
-        assert len(self.incarnation_id) == TOPIC_ID_BYTES
+        if len(self.incarnation_id) != TOPIC_ID_BYTES:
+            raise InvariantViolation(
+                f"an incarnation id of {len(self.incarnation_id)} bytes, not {TOPIC_ID_BYTES}")
         self._endpoint = common_pb2.Endpoint(host=host, port=port)
         # Where followers fetch from us (ReplicaService); None: no inter-broker listener (tests).
         self._inter_broker_endpoint = (
@@ -180,7 +191,7 @@ class BrokerLifecycleManager:
         background. Raises InconsistentClusterIdError (wrong cluster: the broker must stop),
         RequestTimedOutError (no controller registered it in time) or another non-retriable
         TidelogError from the controller."""
-        assert self._task is None, "the lifecycle manager starts once"
+        check(self._task is None, "the lifecycle manager starts once")
         self._state = BrokerState.STARTING
         try:
             await self._register_until(registration_timeout_ms)

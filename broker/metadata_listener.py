@@ -51,6 +51,7 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.delta import LocalPartition, LocalReplicaChanges, MetadataDelta
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import image_from_snapshot
@@ -83,7 +84,10 @@ PUBLISH_SLOW_MS = 2_000
 #: Publishers per listener (replica manager, group coordinator, metadata cache, ...).
 PUBLISHERS_MAX = 64
 
-assert ACTIVE_CHECK_MS < STREAM_IDLE_TIMEOUT_MS_DEFAULT
+check(
+    ACTIVE_CHECK_MS < STREAM_IDLE_TIMEOUT_MS_DEFAULT,
+    "the active check must come within the stream idle timeout",
+)
 
 
 class MetadataGapError(Exception):
@@ -168,7 +172,8 @@ class MetadataLoader:
     def __init__(
         self, *, broker_id: int, cluster_id: str, image: MetadataImage | None = None
     ) -> None:
-        assert broker_id >= 0
+        if broker_id < 0:
+            raise InvariantViolation(f"broker id {broker_id} is negative")
         self._broker_id = broker_id
         self._cluster_id = cluster_id
         self._image = image if image is not None else MetadataImage.empty()
@@ -225,7 +230,9 @@ class MetadataLoader:
             image = delta.apply()
         if image is previous:
             return None
-        assert image.offset >= previous.offset, "the image never goes back"
+        if image.offset < previous.offset:
+            raise InvariantViolation(
+                f"the image went back from offset {previous.offset} to {image.offset}")
         if snapshot_loaded:
             # The delta (if records followed the snapshot) does not start from ``previous``.
             local_changes = local_changes_between(previous, image, self._broker_id)
@@ -324,7 +331,10 @@ class MetadataListener:
         on_fatal: Callable[[TidelogError], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        assert idle_timeout_ms > 0 and len(publishers) <= PUBLISHERS_MAX
+        if not (idle_timeout_ms > 0 and len(publishers) <= PUBLISHERS_MAX):
+            raise InvariantViolation(
+                f"idle timeout {idle_timeout_ms} ms, {len(publishers)} publishers (max "
+                f"{PUBLISHERS_MAX})")
         self._broker_id = broker_id
         self._cluster_id = cluster_id
         self._client = client
@@ -374,7 +384,7 @@ class MetadataListener:
         """Add a publisher. If metadata was loaded already, it first gets everything so far as
         one update from the empty image (its local changes list every local partition)."""
         async with self._publish_lock:
-            assert len(self._publishers) < PUBLISHERS_MAX, "too many metadata publishers"
+            check(len(self._publishers) < PUBLISHERS_MAX, "too many metadata publishers")
             image = self._image
             if image.offset >= 0:
                 empty = MetadataImage.empty()
@@ -394,7 +404,8 @@ class MetadataListener:
     ) -> MetadataImage | None:
         """The first published image (the current one included) for which ``predicate`` holds,
         or None after ``timeout_ms``."""
-        assert timeout_ms >= 0
+        if timeout_ms < 0:
+            raise InvariantViolation(f"timeout {timeout_ms} ms is negative")
 
         def ready() -> bool:
             return self._failure is not None or predicate(self._image)
@@ -411,7 +422,7 @@ class MetadataListener:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        assert self._task is None, "the listener runs once"
+        check(self._task is None, "the listener runs once")
         self._task = asyncio.create_task(self._run(), name=f"metadata-listener-{self._broker_id}")
 
     async def stop(self) -> None:

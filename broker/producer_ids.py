@@ -27,6 +27,7 @@ from tidelog.errors import (
     TidelogError,
     error_for_code,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
@@ -112,7 +113,9 @@ class ProducerIdManager:
                 f"no producer id block from the controller: {error}")
             return
         start, length = int(response.producer_id_start), int(response.producer_id_len)
-        assert start >= self._end and length > 0, (start, length, self._end)
+        if not (start >= self._end and length > 0):
+            raise InvariantViolation(
+                f"producer id block {start}+{length} does not follow the end {self._end}")
         self._prefetched = (start, length)
         self._last_error = None
 

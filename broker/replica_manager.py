@@ -65,6 +65,7 @@ from tidelog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
 from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
@@ -105,9 +106,18 @@ FETCH_PASSES_MAX = 10_000
 ALTER_PARTITION_BACKOFF_MS = 50
 ALTER_PARTITION_BACKOFF_MAX_MS = 2_000
 
-assert PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX
-assert TICK_INTERVAL_MS <= GAUGES_INTERVAL_MS <= HW_CHECKPOINT_INTERVAL_MS
-assert ALTER_PARTITION_BACKOFF_MS < ALTER_PARTITION_BACKOFF_MAX_MS
+check(
+    PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX,
+    "a produce request must fit a gRPC message",
+)
+check(
+    TICK_INTERVAL_MS <= GAUGES_INTERVAL_MS <= HW_CHECKPOINT_INTERVAL_MS,
+    "the tick must come at least as often as the gauges and the HW checkpoint",
+)
+check(
+    ALTER_PARTITION_BACKOFF_MS < ALTER_PARTITION_BACKOFF_MAX_MS,
+    "the AlterPartition backoff must have room to grow",
+)
 
 _ACKS_VALID = (-1, 0, 1)
 _LATEST, _EARLIEST, _MAX_TIMESTAMP = -1, -2, -3
@@ -142,10 +152,21 @@ class ReplicaManagerConfig:
     produce_request_bytes_max: int = PRODUCE_REQUEST_BYTES_MAX
 
     def __post_init__(self) -> None:
-        assert self.replica_lag_time_max_ms > 0
-        assert 0 < self.replica_fetch_wait_max_ms <= limits.FETCH_WAIT_MS_MAX
-        assert self.retention_check_interval_ms > 0 and self.hw_checkpoint_interval_ms > 0
-        assert 0 < self.produce_request_bytes_max <= PRODUCE_REQUEST_BYTES_MAX
+        if self.replica_lag_time_max_ms <= 0:
+            raise InvariantViolation(
+                f"replica.lag.time.max.ms {self.replica_lag_time_max_ms} is not positive")
+        if not 0 < self.replica_fetch_wait_max_ms <= limits.FETCH_WAIT_MS_MAX:
+            raise InvariantViolation(
+                f"replica.fetch.wait.max.ms {self.replica_fetch_wait_max_ms} outside "
+                f"1..{limits.FETCH_WAIT_MS_MAX}")
+        if not (self.retention_check_interval_ms > 0 and self.hw_checkpoint_interval_ms > 0):
+            raise InvariantViolation(
+                f"retention check interval {self.retention_check_interval_ms} ms, HW checkpoint "
+                f"interval {self.hw_checkpoint_interval_ms} ms: both must be positive")
+        if not 0 < self.produce_request_bytes_max <= PRODUCE_REQUEST_BYTES_MAX:
+            raise InvariantViolation(
+                f"produce request bytes max {self.produce_request_bytes_max} outside "
+                f"1..{PRODUCE_REQUEST_BYTES_MAX}")
 
     @classmethod
     def from_broker_config(cls, b: BrokerConfig) -> ReplicaManagerConfig:

@@ -47,6 +47,7 @@ from controller.managers.producer_id_control import ProducerIdControlManager
 from controller.managers.replication_control import ReplicationControlManager
 from tidelog import limits
 from tidelog.errors import NotControllerError, PolicyViolationError
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.delta import MetadataDelta, apply_records
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import (
@@ -224,7 +225,7 @@ class ControllerLogic:
 
     def on_become_active(self, now_ms: int) -> ControllerResult[None]:
         """Start acting as the active controller; propose the returned NoOpRecord first."""
-        assert not self._active
+        check(not self._active, "the controller is already active")
         self._active = True
         self.abandon_pending()
         self._cluster.on_become_active(self._committed, now_ms)
@@ -248,9 +249,10 @@ class ControllerLogic:
         self, records: Sequence[metadata_pb2.MetadataRecord], base_offset: int
     ) -> ReplayOutcome:
         """Apply one committed batch (offsets base_offset..) to the committed image."""
-        assert base_offset == self._committed.offset + 1, (
-            f"committed batches must be contiguous: {base_offset} after {self._committed.offset}"
-        )
+        if base_offset != self._committed.offset + 1:
+            raise InvariantViolation(
+                f"committed batches must be contiguous: {base_offset} after "
+                f"{self._committed.offset}")
         delta = MetadataDelta(self._committed)
         ignored = delta.replay_batch(records, base_offset)
         self._committed = delta.apply()
@@ -258,7 +260,9 @@ class ControllerLogic:
         diverged = False
         if own:
             # Made from the speculative image, which equals the committed image here.
-            assert ignored is None, f"own batch at its reserved offset did not apply: {ignored}"
+            if ignored is not None:
+                raise InvariantViolation(
+                    f"own batch at its reserved offset did not apply: {ignored}")
             self._pending.popleft()
             if not self._pending:
                 self._settle_speculative()
@@ -270,9 +274,14 @@ class ControllerLogic:
         return ReplayOutcome(base_offset, ignored, own, diverged)
 
     def _settle_speculative(self) -> None:
-        assert self._image.offset == self._committed.offset
-        if self._check_speculative:
-            assert self._image.digest() == self._committed.digest()
+        if self._image.offset != self._committed.offset:
+            raise InvariantViolation(
+                f"speculative image at offset {self._image.offset}, committed at "
+                f"{self._committed.offset}")
+        if self._check_speculative and self._image.digest() != self._committed.digest():
+            raise InvariantViolation(
+                "the speculative image differs from the committed one at offset "
+                f"{self._committed.offset}")
         self._image = self._committed
 
     def restore_snapshot(self, snapshot: metadata_pb2.MetadataSnapshot) -> None:
@@ -282,7 +291,10 @@ class ControllerLogic:
         are forgotten (a controller installing a snapshot is not leading anyway).
         """
         image = image_from_snapshot(snapshot, cluster_id=self._cluster_id)
-        assert image.offset >= self._committed.offset, "a snapshot never goes back in the log"
+        if image.offset < self._committed.offset:
+            raise InvariantViolation(
+                f"a snapshot never goes back in the log: {image.offset} before "
+                f"{self._committed.offset}")
         self._committed = image
         self.abandon_pending()
 
@@ -295,11 +307,15 @@ class ControllerLogic:
     def _propose(
         self, records: Sequence[metadata_pb2.MetadataRecord], response: T
     ) -> ControllerResult[T]:
-        assert self._active
-        assert len(records) <= RECORDS_PER_BATCH_MAX
+        check(self._active, "only the active controller proposes")
+        if len(records) > RECORDS_PER_BATCH_MAX:
+            raise InvariantViolation(
+                f"{len(records)} records, more than a batch holds ({RECORDS_PER_BATCH_MAX})")
         base_offset = self._image.offset + 1
         if records:
-            assert len(self._pending) < PENDING_BATCHES_MAX
+            if len(self._pending) >= PENDING_BATCHES_MAX:
+                raise InvariantViolation(
+                    f"{len(self._pending)} batches pending (max {PENDING_BATCHES_MAX})")
             self._image = apply_records(self._image, records)
             self._pending.append(_Pending(base_offset, tuple(records)))
         return ControllerResult(tuple(records), response, base_offset, self._image.offset)

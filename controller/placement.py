@@ -23,6 +23,7 @@ import random
 from collections.abc import Mapping
 
 from tidelog import limits
+from tidelog.invariants import InvariantViolation
 
 __all__ = ["place_replicas"]
 
@@ -40,7 +41,9 @@ def _rack_alternated(brokers: Mapping[int, str], rng: random.Random) -> list[int
         for rack_name in rack_names:
             if index < len(racks[rack_name]):
                 arranged.append(racks[rack_name][index])
-    assert sorted(arranged) == sorted(brokers)
+    if sorted(arranged) != sorted(brokers):
+        raise InvariantViolation(
+            f"the rack alternation lost or added brokers: {arranged} from {sorted(brokers)}")
     return arranged
 
 
@@ -63,9 +66,17 @@ def place_replicas(
     checked 1 <= replication_factor <= len(brokers) and the partition count.
     """
     n = len(brokers)
-    assert 1 <= replication_factor <= min(n, limits.REPLICATION_FACTOR_MAX)
-    assert 0 < num_partitions <= limits.PARTITIONS_PER_TOPIC_MAX
-    assert 0 <= first_partition_id < limits.PARTITIONS_PER_TOPIC_MAX
+    if not 1 <= replication_factor <= min(n, limits.REPLICATION_FACTOR_MAX):
+        raise InvariantViolation(
+            f"replication factor {replication_factor} outside "
+            f"1..{min(n, limits.REPLICATION_FACTOR_MAX)}")
+    if not 0 < num_partitions <= limits.PARTITIONS_PER_TOPIC_MAX:
+        raise InvariantViolation(
+            f"{num_partitions} partitions outside 1..{limits.PARTITIONS_PER_TOPIC_MAX}")
+    if not 0 <= first_partition_id < limits.PARTITIONS_PER_TOPIC_MAX:
+        raise InvariantViolation(
+            f"first partition id {first_partition_id} outside "
+            f"0..{limits.PARTITIONS_PER_TOPIC_MAX - 1}")
     arranged = _rack_alternated(brokers, rng)
     num_racks = len(set(brokers.values()))
     start = rng.randrange(n)
@@ -80,7 +91,9 @@ def place_replicas(
         k = 0
         while len(replicas) < replication_factor:
             # An acceptable broker is among any n-1 consecutive candidates (see module doc).
-            assert k < replication_factor * (n - 1)
+            if k >= replication_factor * (n - 1):
+                raise InvariantViolation(
+                    f"partition {partition_id}: no acceptable replica after {k} candidates")
             candidate = arranged[_replica_index(first_index, shift * num_racks, k, n)]
             k += 1
             if candidate in replicas:

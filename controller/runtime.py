@@ -35,6 +35,7 @@ from controller.managers.common import ControllerConfig as LogicConfig
 from controller.metrics import ControllerMetrics
 from controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
 from tidelog.config import NodeConfig, VoterConfig
+from tidelog.invariants import check
 from tidelog.metadata import records as metadata_records
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 from tidelog.v1.common_pb2 import ErrorCode
@@ -55,7 +56,10 @@ APPLIED_BATCHES_KEPT = 10_000
 #: Pause between activation attempts while leader but unable to commit.
 ACTIVATION_RETRY_S = 0.1
 
-assert FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX
+check(
+    FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX,
+    "a metadata fetch must be smaller than the kept tail",
+)
 
 Resp = TypeVar("Resp")
 

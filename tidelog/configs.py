@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from tidelog import limits
 from tidelog.errors import InvalidConfigError
+from tidelog.invariants import InvariantViolation, check
 
 __all__ = [
     "BROKER_DEFAULT_CONFIGS",
@@ -81,9 +82,11 @@ class ConfigDef:
     choices: tuple[str, ...] = ()  # for STRING and LIST items; empty = any
 
     def __post_init__(self) -> None:
-        assert self.name and self.broker_name and self.doc
+        if not (self.name and self.broker_name and self.doc):
+            raise InvariantViolation(f"config {self.name!r} needs a name, a broker name and a doc")
         # The default must satisfy the definition's own validator.
-        assert canonical_value(self, self.default) == self.default, self.name
+        if canonical_value(self, self.default) != self.default:
+            raise InvariantViolation(f"{self.name}: the default fails its own validator")
 
 
 def split_list(value: str) -> list[str]:
@@ -142,7 +145,8 @@ def canonical_value(definition: ConfigDef, value: str) -> str:
     if definition.type is ConfigType.STRING:
         _check_choice(definition, text)
         return text
-    assert definition.type is ConfigType.LIST
+    if definition.type is not ConfigType.LIST:
+        raise InvariantViolation(f"{definition.name} is not a list config")
     items = split_list(text)
     if not items:
         raise InvalidConfigError(f"{definition.name}: value must name at least one item")
@@ -236,7 +240,10 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in sorted(_DEFS, key=l
 BROKER_DEFAULT_CONFIGS: Mapping[str, ConfigDef] = {
     d.broker_name: d for d in sorted(_DEFS, key=lambda d: d.broker_name)
 }
-assert len(TOPIC_CONFIGS) == len(BROKER_DEFAULT_CONFIGS) == len(_DEFS)
+check(
+    len(TOPIC_CONFIGS) == len(BROKER_DEFAULT_CONFIGS) == len(_DEFS),
+    "every config has a topic name and a broker default",
+)
 
 
 def validate_topic_config(name: str, value: str) -> str:

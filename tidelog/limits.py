@@ -6,6 +6,8 @@ from here so a reader finds every bound in one file.
 
 from __future__ import annotations
 
+from tidelog.invariants import check
+
 # --- record batches -------------------------------------------------------------------------
 #: Kafka's message.max.bytes / max.message.bytes default (1 MiB + batch overhead).
 MESSAGE_BYTES_MAX = 1_048_588
@@ -71,9 +73,27 @@ METADATA_BATCH_BYTES_MAX = 1024 * 1024
 #: the log start; Kafka keeps them all but they only grow with leader changes).
 LEADER_EPOCH_ENTRIES_MAX = 10_000
 
-assert MESSAGE_BYTES_MAX <= MESSAGE_BYTES_MAX_CONFIGURABLE < GRPC_MESSAGE_BYTES_MAX
-assert PARTITION_FETCH_BYTES_MAX_DEFAULT <= FETCH_BYTES_MAX_DEFAULT < GRPC_MESSAGE_BYTES_MAX
-assert BATCH_UNCOMPRESSED_BYTES_MAX <= GRPC_MESSAGE_BYTES_MAX
-assert 1 <= FETCH_STREAM_IN_FLIGHT_MAX <= PRODUCE_STREAM_IN_FLIGHT_MAX
-assert STREAM_HELD_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX
-assert PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX
+check(
+    MESSAGE_BYTES_MAX <= MESSAGE_BYTES_MAX_CONFIGURABLE < GRPC_MESSAGE_BYTES_MAX,
+    "message sizes must fit a gRPC message",
+)
+check(
+    PARTITION_FETCH_BYTES_MAX_DEFAULT <= FETCH_BYTES_MAX_DEFAULT < GRPC_MESSAGE_BYTES_MAX,
+    "fetch sizes must nest and fit a gRPC message",
+)
+check(
+    BATCH_UNCOMPRESSED_BYTES_MAX <= GRPC_MESSAGE_BYTES_MAX,
+    "an uncompressed batch must fit a gRPC message",
+)
+check(
+    1 <= FETCH_STREAM_IN_FLIGHT_MAX <= PRODUCE_STREAM_IN_FLIGHT_MAX,
+    "stream in-flight limits out of order",
+)
+check(
+    STREAM_HELD_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX,
+    "a stream's held bytes must be below a gRPC message",
+)
+check(
+    PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX,
+    "a create request's partitions must fit a request's",
+)

@@ -28,6 +28,7 @@ from tidelog.errors import (
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.v1.common_pb2 import (
     CompressionType,
     RecordBatch,
@@ -408,8 +409,10 @@ def assign(
 
     These fields are outside the CRC, so the producer's checksum stays valid.
     """
-    assert base_offset >= 0, base_offset
-    assert leader_epoch >= 0, leader_epoch
+    if base_offset < 0:
+        raise InvariantViolation(f"base offset {base_offset} is negative")
+    if leader_epoch < 0:
+        raise InvariantViolation(f"leader epoch {leader_epoch} is negative")
     batch.base_offset = base_offset
     batch.partition_leader_epoch = leader_epoch
     batch.log_append_time_ms = log_append_time_ms

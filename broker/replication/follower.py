@@ -23,6 +23,7 @@ from broker.replication.fetch import (
     LeaderFetchResponse,
     LogView,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.v1.common_pb2 import ErrorCode
 
 __all__ = ["on_diverging_epoch", "on_offset_out_of_range", "on_records", "truncation_offset"]
@@ -35,7 +36,10 @@ def on_records(request: FollowerFetch, response: LeaderFetchResponse, log: LogVi
     effects: list[Effect] = []
     new_leo = request.fetch_offset
     if response.batches_next_offset is not None:
-        assert response.batches_next_offset > new_leo, (response, request)
+        if response.batches_next_offset <= new_leo:
+            raise InvariantViolation(
+                f"fetched batches end at {response.batches_next_offset}, not past the fetch offset "
+                f"{new_leo}")
         new_leo = response.batches_next_offset
         effects.append(AppendFetchedBatches(new_leo))
     # A follower's HW may go down (a new leader's HW can lag): consumers read from leaders.

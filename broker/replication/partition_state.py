@@ -97,6 +97,7 @@ from tidelog.errors import (
     TidelogError,
     UnknownLeaderEpochError,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -151,8 +152,11 @@ class PartitionState:
         *,
         replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT,
     ) -> None:
-        assert broker_id >= 0, broker_id
-        assert replica_lag_time_max_ms > 0, replica_lag_time_max_ms
+        if broker_id < 0:
+            raise InvariantViolation(f"broker id {broker_id} is negative")
+        if replica_lag_time_max_ms <= 0:
+            raise InvariantViolation(
+                f"replica.lag.time.max.ms {replica_lag_time_max_ms} is not positive")
         self.broker_id = broker_id
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._role = Role.NONE
@@ -251,15 +255,21 @@ class PartitionState:
         """The metadata makes this broker the leader (Kafka's makeLeader). The same leader epoch
         with a newer partition epoch is an ISR/replica update; a new epoch restarts tracking."""
         _check_assignment(replicas, isr, self.broker_id)
-        assert self.broker_id in isr, (self.broker_id, isr)
-        assert 0 <= high_watermark <= log_end_offset, (high_watermark, log_end_offset)
+        if self.broker_id not in isr:
+            raise InvariantViolation(
+                f"become_leader: broker {self.broker_id} is not in the ISR {list(isr)}")
+        if not 0 <= high_watermark <= log_end_offset:
+            raise InvariantViolation(
+                f"become_leader: HW {high_watermark} outside 0..LEO {log_end_offset}")
         if self._is_stale(leader_epoch, partition_epoch):
             return []
         if self._role is Role.LEADER and leader_epoch == self._leader_epoch:
             return self._update_leader_assignment(partition_epoch, replicas, isr, now_ms)
         # A leader change always bumps the leader epoch, so a follower of this very epoch
         # cannot become its leader.
-        assert leader_epoch > self._leader_epoch, (leader_epoch, self._leader_epoch)
+        if leader_epoch <= self._leader_epoch:
+            raise InvariantViolation(
+                f"become_leader: leader epoch {leader_epoch} is not above {self._leader_epoch}")
         self._set_assignment(Role.LEADER, self.broker_id, leader_epoch, partition_epoch,
                              replicas, isr)
         self._log_end_offset = log_end_offset
@@ -288,14 +298,21 @@ class PartitionState:
         No truncation here: divergence is found by fetching (KIP-320), never by truncating to
         the HW."""
         _check_assignment(replicas, isr, leader_id)
-        assert leader_id != self.broker_id, leader_id
+        if leader_id == self.broker_id:
+            raise InvariantViolation(f"become_follower: broker {leader_id} cannot follow itself")
         if self._is_stale(leader_epoch, partition_epoch):
             return []
         was_leader = self._role is Role.LEADER
         if self._role is Role.FOLLOWER and leader_epoch == self._leader_epoch:
-            assert leader_id == self._leader_id, (leader_id, self._leader_id, leader_epoch)
+            if leader_id != self._leader_id:
+                raise InvariantViolation(
+                    f"leader epoch {leader_epoch}: leader {leader_id}, but {self._leader_id} leads "
+                    "it")
         else:
-            assert was_leader is False or leader_epoch > self._leader_epoch
+            if not (was_leader is False or leader_epoch > self._leader_epoch):
+                raise InvariantViolation(
+                    f"the leader of epoch {self._leader_epoch} cannot follow in epoch "
+                    f"{leader_epoch}")
             self._awaiting_metadata = False
         self._set_assignment(Role.FOLLOWER, leader_id, leader_epoch, partition_epoch,
                              replicas, isr)
@@ -310,8 +327,10 @@ class PartitionState:
 
     def _is_stale(self, leader_epoch: int, partition_epoch: int) -> bool:
         if leader_epoch != self._leader_epoch:
-            if leader_epoch > self._leader_epoch:
-                assert partition_epoch > self._partition_epoch, (partition_epoch, self)
+            if leader_epoch > self._leader_epoch and partition_epoch <= self._partition_epoch:
+                raise InvariantViolation(
+                    f"leader epoch {leader_epoch} with partition epoch {partition_epoch}, not "
+                    f"above {self._partition_epoch}: {self}")
             return leader_epoch < self._leader_epoch
         # The same partition epoch again (a replay, or an AlterPartition answer got there
         # first): nothing new, and a pending proposal must stay pending -- it may still commit.
@@ -366,7 +385,8 @@ class PartitionState:
     def check_produce(self, acks: int, min_insync_replicas: int) -> TidelogError | None:
         """Admission of a produce, before the append. acks=all needs the *committed* ISR to
         hold min.insync.replicas members (a pending expansion does not count yet)."""
-        assert min_insync_replicas >= 1, min_insync_replicas
+        if min_insync_replicas < 1:
+            raise InvariantViolation(f"min.insync.replicas {min_insync_replicas} is below 1")
         if acks not in _ACKS_VALID:
             return InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks}")
         if not self.is_leader:
@@ -380,8 +400,11 @@ class PartitionState:
 
     def on_local_append(self, log_end_offset: int, *, now_ms: int) -> list[Effect]:
         """The leader's log grew to ``log_end_offset`` (call right after every append)."""
-        assert self.is_leader, self._role
-        assert log_end_offset >= self._log_end_offset, (log_end_offset, self._log_end_offset)
+        if not self.is_leader:
+            raise InvariantViolation(f"on_local_append on a {self._role.value}")
+        if log_end_offset < self._log_end_offset:
+            raise InvariantViolation(
+                f"the LEO went back from {self._log_end_offset} to {log_end_offset}")
         self._log_end_offset = log_end_offset
         return self._maybe_increment_high_watermark(now_ms)
 
@@ -426,9 +449,10 @@ class PartitionState:
                 f"broker {replica_id} is not a follower of this partition ({self._replicas})")
         if error is not None:
             return self._fetch_answer(fetch_offset, log, error=error)
-        assert log.log_end_offset == self._log_end_offset, (
-            "the shell must report appends before serving fetches",
-            log.log_end_offset, self._log_end_offset)
+        if log.log_end_offset != self._log_end_offset:
+            raise InvariantViolation(
+                "the shell must report appends before serving fetches: log LEO "
+                f"{log.log_end_offset}, state LEO {self._log_end_offset}")
         if last_fetched_epoch != UNDEFINED_EPOCH:
             epoch, end = self._end_offset_for_epoch(last_fetched_epoch, log)
             if epoch == UNDEFINED_EPOCH or end < 0:
@@ -464,7 +488,9 @@ class PartitionState:
                 return epoch, self._log_end_offset
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         latest = log.latest_epoch()
-        assert latest <= self._leader_epoch, (latest, self._leader_epoch)
+        if latest > self._leader_epoch:
+            raise InvariantViolation(
+                f"the log's latest epoch {latest} is above the leader epoch {self._leader_epoch}")
         found = log.end_offset_for_epoch(epoch)
         if latest == self._leader_epoch or found[0] != UNDEFINED_EPOCH:
             # The log knows this epoch; when it is the log's latest, its end is the LEO, which
@@ -596,8 +622,11 @@ class PartitionState:
         return self._propose(tuple(r for r in self._isr if r not in out))
 
     def _propose(self, new_isr: Sequence[int]) -> list[Effect]:
-        assert self._pending is None
-        assert self.broker_id in new_isr, new_isr
+        if self._pending is not None:
+            raise InvariantViolation(f"an ISR change is already pending: {self._pending}")
+        if self.broker_id not in new_isr:
+            raise InvariantViolation(
+                f"proposed ISR {list(new_isr)} lacks the leader {self.broker_id}")
         ordered = _in_replica_order(new_isr, self._replicas)
         epochs = tuple(state.broker_epoch if (state := self._followers.get(b)) is not None else -1
                        for b in ordered)
@@ -651,10 +680,16 @@ class PartitionState:
 
 def _check_assignment(replicas: Sequence[int], isr: Sequence[int], leader_id: int) -> None:
     """The controller guarantees these (ISR ⊆ replicas, no duplicates, leader in the ISR)."""
-    assert 0 < len(replicas) <= limits.REPLICATION_FACTOR_MAX, replicas
-    assert len(set(replicas)) == len(replicas), replicas
-    assert len(set(isr)) == len(isr) and set(isr) <= set(replicas), (isr, replicas)
-    assert leader_id == NO_LEADER or leader_id in isr, (leader_id, isr)
+    if not 0 < len(replicas) <= limits.REPLICATION_FACTOR_MAX:
+        raise InvariantViolation(
+            f"replicas {list(replicas)}: not 1..{limits.REPLICATION_FACTOR_MAX} of them")
+    if len(set(replicas)) != len(replicas):
+        raise InvariantViolation(f"duplicate replicas {list(replicas)}")
+    if not (len(set(isr)) == len(isr) and set(isr) <= set(replicas)):
+        raise InvariantViolation(
+            f"ISR {list(isr)} has duplicates or is not within the replicas {list(replicas)}")
+    if not (leader_id == NO_LEADER or leader_id in isr):
+        raise InvariantViolation(f"leader {leader_id} is not in the ISR {list(isr)}")
 
 
 def _in_replica_order(isr: Sequence[int], replicas: Sequence[int]) -> tuple[int, ...]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.invariants import InvariantViolation
+
 __all__ = ["UNKNOWN_OFFSET", "ReplicaState"]
 
 #: A follower's LEO before its first fetch in this leader epoch.
@@ -40,7 +42,9 @@ class ReplicaState:
     def on_fetch(self, *, fetch_offset: int, leader_log_end_offset: int, now_ms: int,
                  broker_epoch: int = -1) -> None:
         """Kafka's Replica.updateFetchState for a fetch that passed every check."""
-        assert 0 <= fetch_offset <= leader_log_end_offset, (fetch_offset, leader_log_end_offset)
+        if not 0 <= fetch_offset <= leader_log_end_offset:
+            raise InvariantViolation(
+                f"fetch offset {fetch_offset} outside 0..leader LEO {leader_log_end_offset}")
         self.broker_epoch = broker_epoch
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_time_ms = _latest(self.last_caught_up_time_ms, now_ms)

@@ -12,6 +12,7 @@ import bisect
 import struct
 
 from tidelog import limits
+from tidelog.invariants import InvariantViolation
 
 __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
 
@@ -60,7 +61,9 @@ class LeaderEpochCache:
         """
         if self._epochs and epoch == self._epochs[-1]:
             return False
-        assert self.can_assign(epoch, start_offset), (epoch, start_offset, self.entries)
+        if not self.can_assign(epoch, start_offset):
+            raise InvariantViolation(
+                f"epoch {epoch} at offset {start_offset} does not follow {self.entries}")
         if self._starts and start_offset == self._starts[-1]:
             # The previous epoch appended nothing: it owns no offsets, so it need not be kept.
             self._epochs.pop()

@@ -30,6 +30,7 @@ from tidelog.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.record_batch import (
     RecordBatch,
     assign,
@@ -160,7 +161,8 @@ class PartitionLog:
         if leader_epoch != self._epochs.latest_epoch():
             epochs = self._epochs_with(leader_epoch, base_offset)
         record_count = batch.record_count
-        assert record_count >= 1, record_count
+        if record_count < 1:
+            raise InvariantViolation(f"a batch of {record_count} records")
         data = assign(
             batch, base_offset=base_offset, leader_epoch=leader_epoch, log_append_time_ms=now_ms
         )
@@ -580,20 +582,35 @@ class PartitionLog:
     def check_invariants(self) -> None:
         """Assert what must always hold (tests call it after every step)."""
         start, hw, leo = self._log_start_offset, self._high_watermark, self._log_end_offset
-        assert 0 <= start <= hw <= leo, (str(self.topic_partition), start, hw, leo)
+        if not 0 <= start <= hw <= leo:
+            raise InvariantViolation(
+                f"{self.topic_partition}: log start {start}, HW {hw}, LEO {leo} out of order")
         segments = self._segments
         for before, after in itertools.pairwise(segments):
-            assert before.next_offset == after.base_offset, (before, after)
+            if before.next_offset != after.base_offset:
+                raise InvariantViolation(
+                    f"{self.topic_partition}: a hole or an overlap between segments {before} and "
+                    f"{after}")
         for s in segments:
-            assert s.base_offset < s.next_offset and s.size_bytes > 0, s
+            if not (s.base_offset < s.next_offset and s.size_bytes > 0):
+                raise InvariantViolation(f"{self.topic_partition}: empty segment {s}")
         if segments:
-            assert segments[-1].next_offset == leo, (segments[-1], leo)
-            assert segments[0].base_offset <= start, (segments[0], start)
-        else:
-            assert start == leo, (start, leo)
+            if segments[-1].next_offset != leo:
+                raise InvariantViolation(
+                    f"{self.topic_partition}: the last segment {segments[-1]} does not end at the "
+                    f"LEO {leo}")
+            if segments[0].base_offset > start:
+                raise InvariantViolation(
+                    f"{self.topic_partition}: the first segment {segments[0]} starts past the log "
+                    f"start {start}")
+        elif start != leo:
+            raise InvariantViolation(
+                f"{self.topic_partition}: no segments, yet log start {start} is not the LEO {leo}")
         entries = self._epochs.entries
-        assert all(s < leo or (s == leo and i == len(entries) - 1)
-                   for i, (_, s) in enumerate(entries)), (entries, leo)
+        if not all(s < leo or (s == leo and i == len(entries) - 1)
+                   for i, (_, s) in enumerate(entries)):
+            raise InvariantViolation(
+                f"{self.topic_partition}: epoch entries {entries} start past the LEO {leo}")
 
 
 def _base_offset_of(key: bytes) -> int:

@@ -33,6 +33,7 @@ from broker.storage.rocks import Column, RocksStore, StoreWriteBatch
 from broker.storage.segments import Segment
 from tidelog import limits
 from tidelog.errors import KafkaStorageErrorError, TidelogError
+from tidelog.invariants import InvariantViolation
 from tidelog.record_batch import RecordBatch, next_offset, validate_batch
 from tidelog.v1.common_pb2 import TimestampType
 
@@ -104,7 +105,7 @@ def load_partition(
             segments=segments,
             epochs=state.epochs,
         )
-    except AssertionError as e:
+    except InvariantViolation as e:
         # Damage recovery does not know how to repair (e.g. a hole in the segment index).
         raise KafkaStorageErrorError(
             f"{tp}: the partition's state is inconsistent ({e}); delete the partition here and "

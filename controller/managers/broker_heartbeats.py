@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tidelog.invariants import InvariantViolation
+
 __all__ = ["BrokerHeartbeatTracker"]
 
 
@@ -30,7 +32,8 @@ class BrokerHeartbeatTracker:
     """Last contact time per broker, and the session rule built on it."""
 
     def __init__(self, session_timeout_ms: int) -> None:
-        assert session_timeout_ms > 0
+        if session_timeout_ms <= 0:
+            raise InvariantViolation(f"session timeout {session_timeout_ms} ms is not positive")
         self._session_timeout_ms = session_timeout_ms
         self._sessions: dict[int, _Session] = {}
 

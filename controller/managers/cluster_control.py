@@ -38,6 +38,7 @@ from tidelog.errors import (
     InvalidRequestError,
     TidelogError,
 )
+from tidelog.invariants import InvariantViolation
 from tidelog.metadata.delta import apply_records
 from tidelog.metadata.image import TOPIC_ID_BYTES, BrokerRegistration, MetadataImage
 from tidelog.metadata.records import metadata_record
@@ -224,7 +225,9 @@ class ClusterControlManager:
     def fence_records(self, image: MetadataImage, broker_id: int) -> Records:
         """Fence an unfenced broker: its FenceBrokerRecord, then its ISR and leader changes."""
         registration = image.cluster.broker(broker_id)
-        assert registration is not None and not registration.fenced
+        assert registration is not None
+        if registration.fenced:
+            raise InvariantViolation(f"broker {broker_id} is already fenced")
         records = [metadata_record(metadata_pb2.FenceBrokerRecord(
             broker_id=broker_id, broker_epoch=registration.broker_epoch
         ))]

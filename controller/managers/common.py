@@ -7,6 +7,7 @@ from typing import Protocol, cast
 
 from tidelog import limits
 from tidelog.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, TidelogError
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import BrokerRegistration, MetadataImage
 from tidelog.v1 import common_pb2
 
@@ -36,8 +37,11 @@ ENDPOINT_TEXT_LENGTH_MAX = 255
 #: on the next tick (Kafka fences one broker per event for the same reason: bounded batches).
 FENCE_BATCH_RECORDS_SOFT_MAX = 10_000
 
-assert TOPICS_PER_REQUEST_MAX <= limits.PARTITIONS_PER_REQUEST_MAX
-assert CONFIG_OPS_PER_RESOURCE_MAX >= 12  # at least every topic config once
+check(
+    TOPICS_PER_REQUEST_MAX <= limits.PARTITIONS_PER_REQUEST_MAX,
+    "a request's topics must fit its partitions limit",
+)
+check(CONFIG_OPS_PER_RESOURCE_MAX >= 12, "at least every topic config once")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,15 +58,26 @@ class ControllerConfig:
     producer_id_block_size: int = 1000
 
     def __post_init__(self) -> None:
-        assert self.broker_session_timeout_ms > 0
-        assert 1 <= self.num_partitions <= limits.PARTITIONS_PER_TOPIC_MAX
-        assert 1 <= self.default_replication_factor <= limits.REPLICATION_FACTOR_MAX
-        assert 1 <= self.producer_id_block_size <= 1_000_000
+        if self.broker_session_timeout_ms <= 0:
+            raise InvariantViolation(
+                f"broker session timeout {self.broker_session_timeout_ms} ms is not positive")
+        if not 1 <= self.num_partitions <= limits.PARTITIONS_PER_TOPIC_MAX:
+            raise InvariantViolation(
+                f"num.partitions {self.num_partitions} outside "
+                f"1..{limits.PARTITIONS_PER_TOPIC_MAX}")
+        if not 1 <= self.default_replication_factor <= limits.REPLICATION_FACTOR_MAX:
+            raise InvariantViolation(
+                f"default.replication.factor {self.default_replication_factor} outside "
+                f"1..{limits.REPLICATION_FACTOR_MAX}")
+        if not 1 <= self.producer_id_block_size <= 1_000_000:
+            raise InvariantViolation(
+                f"producer id block size {self.producer_id_block_size} outside 1..1000000")
 
 
 def error_code(code: int) -> common_pb2.ErrorCode:
     """An ``ErrorCode`` for a response field from a TidelogError's code (an int)."""
-    assert code in common_pb2.ErrorCode.values()
+    if code not in common_pb2.ErrorCode.values():
+        raise InvariantViolation(f"unknown error code {code}")
     return cast(common_pb2.ErrorCode, code)
 
 

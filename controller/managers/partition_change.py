@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tidelog.invariants import InvariantViolation
 from tidelog.metadata.image import NO_LEADER, PartitionRegistration, partition_problem
 from tidelog.v1 import common_pb2, metadata_pb2
 
@@ -54,7 +55,8 @@ def build_partition_change(
 ) -> metadata_pb2.PartitionChangeRecord | None:
     """The change to ``target_isr`` (default: unchanged) with the leader it implies, or None."""
     isr = current.isr if target_isr is None else target_isr
-    assert partition_problem(current.replicas, isr, NO_LEADER) is None
+    if (problem := partition_problem(current.replicas, isr, NO_LEADER)) is not None:
+        raise InvariantViolation(f"partition {partition_id}, ISR {list(isr)}: {problem}")
     leader = current.leader
     if leader == NO_LEADER or leader not in isr or not is_eligible(leader):
         leader = elect_leader(current.replicas, isr, is_eligible)
@@ -73,5 +75,7 @@ def build_partition_change(
         record.leader = leader
     if isr != current.isr:
         record.isr.CopyFrom(common_pb2.ReplicaList(broker_ids=isr))
-    assert partition_problem(current.replicas, isr, leader) is None
+    if (problem := partition_problem(current.replicas, isr, leader)) is not None:
+        raise InvariantViolation(
+            f"partition {partition_id}, ISR {list(isr)}, leader {leader}: {problem}")
     return record

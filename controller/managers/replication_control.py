@@ -44,6 +44,7 @@ from tidelog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from tidelog.invariants import check
 from tidelog.metadata.image import (
     NO_LEADER,
     TOPIC_ID_BYTES,
@@ -626,7 +627,10 @@ def _partition_records(
     records: Records = []
     for offset, replicas in enumerate(assignments):
         isr = tuple(b for b in replicas if image.cluster.is_active(b))
-        assert isr, "placement and assignment checks give every partition an active replica"
+        check(
+            len(isr) > 0,
+            "placement and assignment checks give every partition an active replica",
+        )
         records.append(metadata_record(metadata_pb2.PartitionRecord(
             topic_id=topic_id, partition_id=first + offset, replicas=replicas, isr=isr,
             leader=isr[0], leader_epoch=0, partition_epoch=0,
@@ -640,7 +644,10 @@ def _after(
     """The registration an AlterPartition change leads to (it never moves the leader)."""
     if current is None or record is None:
         return current
-    assert not record.HasField("leader") and not record.bump_leader_epoch
+    check(
+        not record.HasField("leader") and not record.bump_leader_epoch,
+        "a new partition's record sets no leader and bumps no epoch",
+    )
     return PartitionRegistration(
         replicas=current.replicas, isr=tuple(record.isr.broker_ids), leader=current.leader,
         leader_epoch=current.leader_epoch, partition_epoch=current.partition_epoch + 1,

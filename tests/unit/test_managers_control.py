@@ -10,6 +10,7 @@ import pytest
 from controller_testkit import CLUSTER_ID, TestCluster, create_topic, r_topic, register_request
 
 from controller.control import ControllerLogic
+from tidelog.invariants import InvariantViolation
 from tidelog.metadata.records import metadata_record
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
@@ -48,7 +49,7 @@ def test_become_active_proposes_a_no_op() -> None:
     assert [r.no_op.controller_id for r in result.records] == [7]
     assert (result.base_offset, result.response_offset) == (0, 0)
     assert logic.is_active and logic.pending_batches == 1
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         logic.on_become_active(0)
 
 
@@ -95,7 +96,7 @@ def test_committed_batches_must_be_contiguous() -> None:
     logic = _logic()
     record = metadata_record(metadata_pb2.NoOpRecord(controller_id=1))
     logic.replay_batch([record], 0)
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         logic.replay_batch([record], 5)
 
 

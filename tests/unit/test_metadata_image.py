@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from controller_testkit import r_config, r_partition, r_register, r_topic, r_unfence, replay_all
 
+from tidelog.invariants import InvariantViolation
 from tidelog.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -75,14 +76,14 @@ def test_partition_invariants(replicas: tuple[int, ...], isr: tuple[int, ...], l
         PartitionRegistration(replicas, isr, leader, 0, 0)
     else:
         assert found is not None and problem in found
-        with pytest.raises(AssertionError):
+        with pytest.raises(InvariantViolation):
             PartitionRegistration(replicas, isr, leader, 0, 0)
 
 
 def test_broker_registration_invariants() -> None:
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         BrokerRegistration(1, b"x" * 16, 0, "h", 1, "", fenced=True, in_controlled_shutdown=True)
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         BrokerRegistration(1, b"short", 0, "h", 1, "", fenced=True)
     registration = BrokerRegistration(1, b"x" * 16, 0, "h", 1, "", fenced=False)
     assert registration.is_active

@@ -17,6 +17,7 @@ from controller_testkit import (
     topic_id_of,
 )
 
+from tidelog.invariants import InvariantViolation
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import BROKER, TOPIC, MetadataImage
 from tidelog.v1 import metadata_pb2
@@ -291,7 +292,7 @@ def test_later_batches_in_one_delta_build_on_earlier_ones() -> None:
 def test_offsets_must_increase() -> None:
     image = _cluster()
     delta = MetadataDelta(image)
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation, match="not after"):
         delta.replay(r_topic("a", 1), image.offset)
 
 

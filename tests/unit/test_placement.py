@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.placement import place_replicas
+from tidelog.invariants import InvariantViolation
 
 
 def _place(brokers: dict[int, str], partitions: int, rf: int, seed: int = 0, first: int = 0
@@ -62,9 +63,9 @@ def test_first_partition_id_continues_the_rotation() -> None:
 
 
 def test_preconditions_are_asserted() -> None:
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         _place({1: ""}, 1, 2)
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         _place({1: ""}, 0, 1)
 
 

@@ -74,6 +74,7 @@ from broker.replication import (
     UpdateHighWatermark,
 )
 from broker.storage.epoch_cache import LeaderEpochCache
+from tidelog.invariants import InvariantViolation
 from tidelog.v1.common_pb2 import ErrorCode
 
 LAG_MS = 300
@@ -420,10 +421,10 @@ class World:
                 if i % 50 == 49:
                     self.check_producer_state()
             self.converge()
-        except AssertionError as e:
+        except (AssertionError, InvariantViolation) as e:  # the model's checks, or the code's
             raise AssertionError(self.failure_report(e)) from e
 
-    def failure_report(self, error: AssertionError) -> str:
+    def failure_report(self, error: Exception) -> str:
         lines = "\n  ".join(self.trace)
         return (f"seed {self.seed} failed ({self.broken}): {error}\n  last events:\n  {lines}\n"
                 f"  controller: {self.controller.reg}\n  "

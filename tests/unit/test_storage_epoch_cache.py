@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from broker.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from tidelog import limits
+from tidelog.invariants import InvariantViolation
 
 UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 
@@ -69,7 +70,7 @@ def test_an_epoch_that_appended_nothing_is_replaced() -> None:
 def test_non_monotonic_entries_are_refused(epoch: int, start: int) -> None:
     c = cache()
     assert not c.can_assign(epoch, start)
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvariantViolation):
         c.assign(epoch, start)
 
 

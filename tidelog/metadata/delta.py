@@ -28,6 +28,7 @@ from typing import Any
 
 from tidelog import configs, limits
 from tidelog.errors import TidelogError
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import (
     BROKER,
     NO_LEADER,
@@ -123,12 +124,15 @@ class MetadataDelta:
         Returns None if every record applied, else the first invalid record's offset and reason;
         then none of the batch applied. The offset advances past the batch either way.
         """
-        assert records, "a committed batch holds at least one record"
+        check(len(records) > 0, "a committed batch holds at least one record")
         if self._from_snapshot:
-            assert base_offset >= self._offset
+            if base_offset < self._offset:
+                raise InvariantViolation(
+                    f"snapshot records at offset {base_offset}, before {self._offset}")
         else:
-            assert base_offset > self._offset, f"offset {base_offset} after {self._offset}"
-        assert not self._journal
+            if base_offset <= self._offset:
+                raise InvariantViolation(f"batch at offset {base_offset}, not after {self._offset}")
+        check(not self._journal, "the undo journal of the previous batch is not empty")
         outcome: str | None = None
         for index, record in enumerate(records):
             offset = base_offset if self._from_snapshot else base_offset + index
@@ -457,7 +461,10 @@ class MetadataDelta:
                 partition_id: self.partition(topic_id, partition_id)
                 for partition_id in range(self.partition_count(topic_id))
             }
-            assert all(p is not None for p in partitions.values())
+            if not all(p is not None for p in partitions.values()):
+                raise InvariantViolation(
+                    f"topic {name}: partitions "
+                    f"{sorted(p for p, r in partitions.items() if r is None)} are missing")
             topic = TopicImage(name, topic_id, frozen_mapping(partitions))  # type: ignore[arg-type]
             by_id[topic_id] = topic
             by_name[name] = topic
@@ -537,9 +544,13 @@ _HANDLERS: dict[str, Callable[[MetadataDelta, Any, int], None]] = {
     "producer_ids": MetadataDelta._replay_producer_ids,
     "no_op": MetadataDelta._replay_no_op,
 }
-assert set(_HANDLERS) == {
-    field.name for field in metadata_pb2.MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields
-}
+check(
+    set(_HANDLERS) == {
+        field.name
+        for field in metadata_pb2.MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields
+    },
+    "every kind of metadata record has a replay handler",
+)
 
 
 def apply_records(
@@ -555,5 +566,6 @@ def apply_records(
         return image
     delta = MetadataDelta(image)
     outcome = delta.replay_batch(records, image.offset + 1)
-    assert outcome is None, f"a record made from this image does not apply: {outcome}"
+    if outcome is not None:
+        raise InvariantViolation(f"a record made from this image does not apply: {outcome}")
     return delta.apply()

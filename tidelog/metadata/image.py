@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from tidelog import configs
+from tidelog.invariants import InvariantViolation
 from tidelog.v1 import metadata_pb2
 
 __all__ = [
@@ -83,11 +84,18 @@ class BrokerRegistration:
     inter_broker_port: int = 0
 
     def __post_init__(self) -> None:
-        assert self.broker_id >= 0
-        assert len(self.incarnation_id) == TOPIC_ID_BYTES
-        assert self.broker_epoch >= 0
+        if self.broker_id < 0:
+            raise InvariantViolation(f"broker id {self.broker_id} is negative")
+        if len(self.incarnation_id) != TOPIC_ID_BYTES:
+            raise InvariantViolation(
+                f"broker {self.broker_id}: an incarnation id of {len(self.incarnation_id)} bytes")
+        if self.broker_epoch < 0:
+            raise InvariantViolation(
+                f"broker {self.broker_id}: epoch {self.broker_epoch} is negative")
         # A fenced broker has left controlled shutdown (fencing ends it).
-        assert not (self.fenced and self.in_controlled_shutdown)
+        if self.fenced and self.in_controlled_shutdown:
+            raise InvariantViolation(
+                f"broker {self.broker_id} is fenced and in controlled shutdown")
 
     @property
     def is_active(self) -> bool:
@@ -155,8 +163,12 @@ class PartitionRegistration:
 
     def __post_init__(self) -> None:
         problem = partition_problem(self.replicas, self.isr, self.leader)
-        assert problem is None, problem
-        assert self.leader_epoch >= 0 and self.partition_epoch >= 0
+        if problem is not None:
+            raise InvariantViolation(f"partition {self}: {problem}")
+        if not (self.leader_epoch >= 0 and self.partition_epoch >= 0):
+            raise InvariantViolation(
+                f"leader epoch {self.leader_epoch}, partition epoch {self.partition_epoch}: "
+                "negative")
 
     @property
     def has_leader(self) -> bool:
@@ -172,9 +184,12 @@ class TopicImage:
     partitions: Mapping[int, PartitionRegistration]
 
     def __post_init__(self) -> None:
-        assert len(self.topic_id) == TOPIC_ID_BYTES
+        if len(self.topic_id) != TOPIC_ID_BYTES:
+            raise InvariantViolation(f"topic {self.name}: an id of {len(self.topic_id)} bytes")
         # Partitions are numbered densely from 0; replay keeps it so.
-        assert set(self.partitions) == set(range(len(self.partitions)))
+        if set(self.partitions) != set(range(len(self.partitions))):
+            raise InvariantViolation(
+                f"topic {self.name}: partitions {sorted(self.partitions)} are not numbered 0..n-1")
 
     @property
     def num_partitions(self) -> int:
@@ -195,7 +210,9 @@ class TopicsImage:
     by_name: Mapping[str, TopicImage]
 
     def __post_init__(self) -> None:
-        assert len(self.by_id) == len(self.by_name)
+        if len(self.by_id) != len(self.by_name):
+            raise InvariantViolation(
+                f"{len(self.by_id)} topic ids but {len(self.by_name)} topic names")
 
     def get(self, name: str) -> TopicImage | None:
         return self.by_name.get(name)
@@ -242,7 +259,8 @@ class ProducerIdsImage:
     next_producer_id: int
 
     def __post_init__(self) -> None:
-        assert self.next_producer_id >= 0
+        if self.next_producer_id < 0:
+            raise InvariantViolation(f"next producer id {self.next_producer_id} is negative")
 
 
 # --- the image --------------------------------------------------------------------------------
@@ -263,7 +281,9 @@ class MetadataImage:
     producer_ids: ProducerIdsImage
 
     def __post_init__(self) -> None:
-        assert self.offset >= EMPTY_OFFSET
+        if self.offset < EMPTY_OFFSET:
+            raise InvariantViolation(
+                f"image offset {self.offset} is before the empty image's {EMPTY_OFFSET}")
 
     @staticmethod
     def empty() -> MetadataImage:
@@ -271,7 +291,9 @@ class MetadataImage:
 
     def with_offset(self, offset: int) -> MetadataImage:
         """This image at a later offset (the records in between were no-ops)."""
-        assert offset >= self.offset
+        if offset < self.offset:
+            raise InvariantViolation(
+                f"the image cannot go back from offset {self.offset} to {offset}")
         return MetadataImage(offset, self.cluster, self.topics, self.configs, self.producer_ids)
 
     def canonical_lines(self) -> list[str]:

@@ -17,6 +17,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from tidelog import limits
 from tidelog.errors import InconsistentClusterIdError, InvalidRecordError, UnsupportedVersionError
+from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import BROKER, EMPTY_OFFSET, TOPIC, MetadataImage
 from tidelog.v1 import common_pb2, metadata_pb2
@@ -40,7 +41,10 @@ SCHEMA_VERSION = 1
 #: Records in one committed batch. The largest batch the managers make is a CreateTopics of
 #: PARTITIONS_PER_REQUEST_MAX partitions plus its topic and config records.
 RECORDS_PER_BATCH_MAX = 200_000
-assert RECORDS_PER_BATCH_MAX >= 2 * limits.PARTITIONS_PER_REQUEST_MAX
+check(
+    RECORDS_PER_BATCH_MAX >= 2 * limits.PARTITIONS_PER_REQUEST_MAX,
+    "a metadata batch must hold two records per partition of a request",
+)
 
 _FIELD_BY_TYPE: dict[str, str] = {
     field.message_type.full_name: field.name
@@ -68,8 +72,10 @@ def encode_batch(
     records: Sequence[metadata_pb2.MetadataRecord], *, append_time_ms: int
 ) -> bytes:
     """The bytes the Raft adapter appends for one batch."""
-    assert 0 < len(records) <= RECORDS_PER_BATCH_MAX
-    assert all(record_kind(r) for r in records)
+    if not 0 < len(records) <= RECORDS_PER_BATCH_MAX:
+        raise InvariantViolation(
+            f"a metadata batch of {len(records)} records (1..{RECORDS_PER_BATCH_MAX})")
+    check(all(record_kind(r) for r in records), "a metadata record without a kind")
     batch = metadata_pb2.MetadataRecordBatch(
         schema_version=SCHEMA_VERSION, records=records, append_time_ms=append_time_ms
     )
@@ -126,7 +132,9 @@ def _snapshot_records(image: MetadataImage) -> Iterable[metadata_pb2.MetadataRec
                 partition_epoch=p.partition_epoch,
             ))
     for (resource_type, resource_name), entries in sorted(image.configs.resources.items()):
-        assert resource_type in (TOPIC, BROKER)
+        if resource_type not in (TOPIC, BROKER):
+            raise InvariantViolation(
+                f"config resource type {resource_type} is neither a topic nor a broker")
         for key, value in sorted(entries.items()):
             yield metadata_record(metadata_pb2.ConfigRecord(
                 resource_type=resource_type,  # type: ignore[arg-type]
@@ -178,7 +186,9 @@ def image_from_snapshot(
 
 
 def encode_snapshot(snapshot: metadata_pb2.MetadataSnapshot) -> bytes:
-    assert snapshot.schema_version == SCHEMA_VERSION
+    if snapshot.schema_version != SCHEMA_VERSION:
+        raise InvariantViolation(
+            f"snapshot schema version {snapshot.schema_version}, not {SCHEMA_VERSION}")
     data: bytes = snapshot.SerializeToString()
     return data
 
