@@ -10,7 +10,7 @@ PROTOS := $(wildcard proto/tidelog/v1/*.proto)
 # broker control plane.
 MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py \
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
-	controller/managers controller/placement.py controller/raft.py broker/storage \
+	controller/managers controller/placement.py controller/raft broker/storage \
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	tidelog/client
 

@@ -1,4 +1,4 @@
-"""The Raft adapter (controller/raft.py) with real pysyncobj nodes inside this process.
+"""The Raft adapter (controller/raft/) with real pysyncobj nodes inside this process.
 
 Quorums of 1 or 3 RaftQuorum objects talk over 127.0.0.1 on free ports, each with its own data
 dir under tmp_path and a list-of-batches state machine that records every call and its thread.
@@ -13,7 +13,7 @@ the batch bytes (decoded with an unpickler that refuses every global); every Syn
 set explicitly; compaction off by default (pysyncobj's two thresholds out of reach); every
 message the quorums send passing the transport's checks, and a node with another cluster secret
 kept out (tests/unit/test_raft_transport.py tests the transport itself); and the
-pysyncobj patches (controller/raft.py's _PatchedSyncObj, proven in tests/sim): used by every
+pysyncobj patches (controller/raft/patches.py's _PatchedSyncObj, proven in tests/sim): used by every
 quorum, refused on any other pysyncobj, the self-test, and the transport's rejection floor.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pysyncobj import SyncObjConf
+from pysyncobj import SyncObj, SyncObjConf
 
 from controller import raft
 from controller.raft import (
@@ -164,14 +164,14 @@ def test_settings_reject_broken_relations() -> None:
 def test_every_syncobjconf_field_is_set_explicitly(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_conf = raft.SyncObjConf
+    real_conf = raft.quorum.SyncObjConf
     passed: dict[str, Any] = {}
 
     def recording_conf(**kwargs: Any) -> Any:
         passed.update(kwargs)
         return real_conf(**kwargs)
 
-    monkeypatch.setattr(raft, "SyncObjConf", recording_conf)
+    monkeypatch.setattr(raft.quorum, "SyncObjConf", recording_conf)
     quorum, _ = cluster.start_all(1)
     assert set(passed) == set(vars(real_conf())), "a SyncObjConf field is left to its default"
     assert passed["appendEntriesUseBatch"] is False and passed["useFork"] is False
@@ -391,7 +391,7 @@ def test_lagging_follower_receives_the_leaders_snapshot(
         sent.append(message)
         return real_encode(message)
 
-    monkeypatch.setattr(raft, "_encode_message", recording_encode)
+    monkeypatch.setattr(raft.connection, "_encode_message", recording_encode)
     quorums, machines = cluster.start_all(3)
     leader = wait_leader(quorums)
     lagging = next(q for q in quorums if q is not leader)
@@ -483,14 +483,14 @@ def test_failing_state_machine_stops_the_node(cluster: Cluster) -> None:
 def test_compaction_is_off_by_default(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """pysyncobj compacts when the log is longer than logCompactionMinEntries OR the last
     compaction is older than logCompactionMinTime: off means both out of reach."""
-    real_conf = raft.SyncObjConf
+    real_conf = raft.quorum.SyncObjConf
     passed: list[dict[str, Any]] = []
 
     def recording_conf(**kwargs: Any) -> Any:
         passed.append(kwargs)
         return real_conf(**kwargs)
 
-    monkeypatch.setattr(raft, "SyncObjConf", recording_conf)
+    monkeypatch.setattr(raft.quorum, "SyncObjConf", recording_conf)
     assert RaftSettings().snapshot_min_entries == 0 and not RaftSettings().snapshots_on
     cluster.start_all(1)
     assert passed[-1]["logCompactionMinEntries"] >= 2**62
@@ -508,7 +508,7 @@ def test_quorums_run_the_patched_syncobj(cluster: Cluster) -> None:
     (quorum,), _ = cluster.start_all(1)
     wait_leader([quorum])
     assert isinstance(quorum._syncobj, raft._PatchedSyncObj)
-    assert raft._self_test_passed
+    assert raft.self_test._self_test_passed
     propose_all(quorum, [b"one"])
     counts = quorum.status()["pysyncobj_patches"]
     assert counts.get("reject_floor_rewrite") == 0  # a lone node rejects nothing
@@ -518,7 +518,7 @@ def test_pysyncobj_other_than_the_verified_one_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     raft._check_pysyncobj()  # the installed one passes (it did at import)
-    monkeypatch.setattr(raft.pysyncobj_version, "VERSION", "0.3.18")
+    monkeypatch.setattr(raft.patches.pysyncobj_version, "VERSION", "0.3.18")
     with pytest.raises(raft.PysyncobjMismatchError, match=r"0\.3\.18 is installed"):
         raft._check_pysyncobj()
     monkeypatch.undo()
@@ -533,7 +533,7 @@ def test_self_test_tells_the_patched_follower_from_pysyncobjs() -> None:
 
     conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=True, pollerType="select",
                        dynamicMembershipChange=False, journalFile=None)
-    for cls, fails in ((raft._PatchedSyncObj, False), (raft.SyncObj, True)):
+    for cls, fails in ((raft._PatchedSyncObj, False), (SyncObj, True)):
         leader = Node("leader")
         obj = cls(Node("self"), [leader], conf, transportClass=raft._SelfTestTransport)
         try:

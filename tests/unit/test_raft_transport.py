@@ -1,4 +1,4 @@
-"""The controllers' Raft transport (controller/raft.py): handshake, frames, restricted unpickler.
+"""The controllers' Raft transport (controller/raft/): handshake, frames, restricted unpickler.
 
 The pure pieces are checked as bytes in and bytes out: a handshake between a dialer and a
 listener with the same key gives both the same session (frames open on the other side); the
