@@ -29,6 +29,7 @@ from tidelog import limits
 from tidelog.config import NodeConfig
 from tidelog.data_dir import check_data_dir
 from tidelog.observability import MetricsServer, Readiness
+from tidelog.rpc_guard import DecodeGuardInterceptor
 
 log = logging.getLogger("tidelog.node")
 
@@ -145,7 +146,10 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
 
 
 def _server(concurrent_rpcs_max: int, interceptors: list[Any]) -> grpc.aio.Server:
-    return grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors,
+    # The decode guard goes first so that it wraps what the others return (a peer-auth
+    # refusal has no deserializer and stays as it is).
+    return grpc.aio.server(options=GRPC_OPTIONS,
+                           interceptors=[DecodeGuardInterceptor(), *interceptors],
                            maximum_concurrent_rpcs=concurrent_rpcs_max)
 
 

@@ -1,0 +1,126 @@
+"""Requests that do not parse get INVALID_ARGUMENT, quietly, instead of a traceback per call.
+
+grpcio parses a request with the handler's ``request_deserializer`` before any of our code runs.
+When the bytes are not the message (truncated, random, another message's), the protobuf parser
+raises, and grpcio logs "Exception deserializing request!" at ERROR with a full traceback and
+answers UNKNOWN. Anyone who can reach a port could fill the node's log that way (the RPC fuzzer
+made ~9,000 tracebacks in four minutes), and the caller learns nothing useful.
+
+:class:`DecodeGuardInterceptor` wraps every handler's deserializer: a request that fails to parse
+becomes an :class:`_Undecodable` marker, and the wrapped behaviour answers it with
+INVALID_ARGUMENT naming the method and the parser's complaint, logged at DEBUG. Streaming
+requests are checked message by message: the first bad one ends the stream the same way.
+Handlers without a deserializer (the peer-auth refusal, which never parses) are left alone, so
+put this interceptor first in the server's list: it then wraps whatever the others return.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+__all__ = ["DecodeGuardInterceptor"]
+
+log = logging.getLogger("tidelog.rpc_guard")
+
+#: The parser's complaint is cut to this many characters in the answer.
+_COMPLAINT_CHARS_MAX = 200
+
+
+class _Undecodable:
+    """What a request that did not parse becomes; the behaviour answers it."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Answers unparseable requests with INVALID_ARGUMENT instead of grpcio's logged UNKNOWN."""
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails],
+                                     Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        return _guarded(handler, str(handler_call_details.method))
+
+
+def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    deserialize = _safe_deserializer(handler.request_deserializer)
+    serialize = handler.response_serializer
+
+    async def refuse(request: _Undecodable, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        log.debug("%s: request does not parse: %s", method, request.problem)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"{method}: the request is not a valid message: {request.problem}")
+
+    def checked_stream(requests: AsyncIterator[Any],
+                       context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async def each() -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, _Undecodable):
+                    await refuse(request, context)
+                yield request
+        return each()
+
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary_unary(request: Any, context: Any) -> Any:
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            return await inner_uu(request, context)
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary, request_deserializer=deserialize, response_serializer=serialize)
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            async for response in _responses(inner_us(request, context)):
+                yield response
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, request_deserializer=deserialize, response_serializer=serialize)
+    if handler.stream_unary is not None:
+        inner_su = handler.stream_unary
+
+        async def stream_unary(requests: Any, context: Any) -> Any:
+            return await inner_su(checked_stream(requests, context), context)
+        return grpc.stream_unary_rpc_method_handler(
+            stream_unary, request_deserializer=deserialize, response_serializer=serialize)
+    inner_ss = handler.stream_stream
+
+    async def stream_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
+        async for response in _responses(inner_ss(checked_stream(requests, context), context)):
+            yield response
+    return grpc.stream_stream_rpc_method_handler(
+        stream_stream, request_deserializer=deserialize, response_serializer=serialize)
+
+
+async def _responses(result: Any) -> AsyncIterator[Any]:
+    """A streaming behaviour's answers: an async generator's items, or nothing for one that
+    writes with ``context.write`` (a coroutine), which is awaited."""
+    if inspect.isasyncgen(result):
+        async for response in result:
+            yield response
+    else:
+        await result
+
+
+def _safe_deserializer(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def safe(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as e:  # the parser's error, whatever its class (DecodeError, ...)
+            return _Undecodable(f"{type(e).__name__}: {e}"[:_COMPLAINT_CHARS_MAX])
+    return safe
