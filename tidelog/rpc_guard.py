@@ -9,7 +9,8 @@ made ~9,000 tracebacks in four minutes), and the caller learns nothing useful.
 :class:`DecodeGuardInterceptor` wraps every handler's deserializer: a request that fails to parse
 becomes an :class:`_Undecodable` marker, and the wrapped behaviour answers it with
 INVALID_ARGUMENT naming the method and the parser's complaint, logged at DEBUG. Streaming
-requests are checked message by message: the first bad one ends the stream the same way.
+requests are checked message by message: the handler sees the stream end before the first bad
+one, answers what came before it, and the call then ends with INVALID_ARGUMENT.
 Handlers without a deserializer (the peer-auth refusal, which never parses) are left alone, so
 put this interceptor first in the server's list: it then wraps whatever the others return.
 """
@@ -63,12 +64,18 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                             f"{method}: the request is not a valid message: {request.problem}")
 
-    def checked_stream(requests: AsyncIterator[Any],
-                       context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    def checked_stream(requests: AsyncIterator[Any], bad: list[_Undecodable]
+                       ) -> AsyncIterator[Any]:
+        """The requests up to the first that does not parse, which is kept in ``bad``. The
+        handler sees the stream end there (as if the client had half-closed); the wrapper
+        answers INVALID_ARGUMENT once the handler is done. Aborting from inside the iterator
+        instead would race the handler's own ending of the call (grpcio: "too many
+        operations")."""
         async def each() -> AsyncIterator[Any]:
             async for request in requests:
                 if isinstance(request, _Undecodable):
-                    await refuse(request, context)
+                    bad.append(request)
+                    return
                 yield request
         return each()
 
@@ -95,14 +102,21 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
         inner_su = handler.stream_unary
 
         async def stream_unary(requests: Any, context: Any) -> Any:
-            return await inner_su(checked_stream(requests, context), context)
+            bad: list[_Undecodable] = []
+            response = await inner_su(checked_stream(requests, bad), context)
+            if bad:
+                await refuse(bad[0], context)
+            return response
         return grpc.stream_unary_rpc_method_handler(
             stream_unary, request_deserializer=deserialize, response_serializer=serialize)
     inner_ss = handler.stream_stream
 
     async def stream_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
-        async for response in _responses(inner_ss(checked_stream(requests, context), context)):
+        bad: list[_Undecodable] = []
+        async for response in _responses(inner_ss(checked_stream(requests, bad), context)):
             yield response
+        if bad:
+            await refuse(bad[0], context)
     return grpc.stream_stream_rpc_method_handler(
         stream_stream, request_deserializer=deserialize, response_serializer=serialize)
 
