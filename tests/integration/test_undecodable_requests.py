@@ -75,3 +75,16 @@ def test_unparseable_requests_get_invalid_argument_and_no_traceback(
         text = cluster.local.log_path(name).read_text()
         assert "Exception deserializing request" not in text, cluster.log_tail(name)
         assert cluster.is_running(name)
+
+
+def test_an_rpc_not_built_yet_is_unimplemented_without_a_traceback(
+        cluster: ClusterHarness) -> None:
+    """FindCoordinator is in the contract but not implemented until consumer groups land."""
+    broker = cluster.broker_names[0]
+    with grpc.insecure_channel(cluster.bootstrap.split(",")[0]) as channel:
+        find = raw_unary(channel, "/tidelog.v1.BrokerService/FindCoordinator")
+        with pytest.raises(grpc.RpcError) as refused:
+            find(b"", timeout=CALL_TIMEOUT_S)
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    text = cluster.local.log_path(broker).read_text()
+    assert "NotImplementedError" not in text, cluster.log_tail(broker)
