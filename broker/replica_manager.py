@@ -14,7 +14,8 @@ ReplicaManager).
 * answers BrokerService's Produce / Fetch / ListOffsets / InitProducerId / DescribeLogs and
   ReplicaService.Fetch (``handle_<rpc>``, one per RPC), with per-partition errors and leader
   hints from the image; nothing a client sends makes a handler raise;
-* sends the core's ISR proposals as batched AlterPartition requests to the active controller;
+* hands the core's ISR proposals to :mod:`broker.alter_partition` (batched AlterPartition
+  requests to the active controller);
 * runs the timers (one task, one pace): ISR expiry, HW checkpoints, flush, retention, producer
   state saves and expiry, stray partitions, metrics gauges.
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from broker.alter_partition import AlterPartitionManager
 from broker.delayed import FetchWaiters
 from broker.fetcher import (
     FETCH_BACKOFF_MS_DEFAULT,
@@ -70,7 +72,6 @@ from tidelog.metadata.image import MetadataImage, PartitionRegistration
 from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import common_pb2
-from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -102,9 +103,6 @@ GAUGES_INTERVAL_MS = 1_000
 TICK_INTERVAL_MS = 100
 #: Re-evaluations of one long-poll fetch, at most (each follows a wake-up).
 FETCH_PASSES_MAX = 10_000
-#: AlterPartition retry pause after a failed send: doubles up to the max.
-ALTER_PARTITION_BACKOFF_MS = 50
-ALTER_PARTITION_BACKOFF_MAX_MS = 2_000
 
 check(
     PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX,
@@ -113,10 +111,6 @@ check(
 check(
     TICK_INTERVAL_MS <= GAUGES_INTERVAL_MS <= HW_CHECKPOINT_INTERVAL_MS,
     "the tick must come at least as often as the gauges and the HW checkpoint",
-)
-check(
-    ALTER_PARTITION_BACKOFF_MS < ALTER_PARTITION_BACKOFF_MAX_MS,
-    "the AlterPartition backoff must have room to grow",
 )
 
 _ACKS_VALID = (-1, 0, 1)
@@ -223,8 +217,9 @@ class ReplicaManager:
         self._consumer_waiters = FetchWaiters()  # BrokerService fetches: wait for the HW
         self.producer_ids = ProducerIdManager(broker_id=broker_id, broker_epoch=broker_epoch,
                                               controller=controller)
-        self._isr_pending: dict[PartitionKey, tuple[Partition, ProposeIsr]] = {}
-        self._isr_wake = asyncio.Event()
+        self._alter_partition = AlterPartitionManager(
+            broker_id=broker_id, broker_epoch=broker_epoch, controller=controller,
+            is_hosted=lambda p: self._partitions.get(p.key) is p)
         self._flush_generation = 0
         self._strays: set[PartitionKey] = set()
         self._topic_metrics: dict[str, TopicMetrics] = {}
@@ -247,7 +242,7 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run_timers(), name=f"replica-manager-{self.broker_id}-timers"),
-            loop.create_task(self._send_isr_proposals(),
+            loop.create_task(self._alter_partition.run(),
                              name=f"replica-manager-{self.broker_id}-alter-partition"),
         ]
         self._started = True
@@ -368,7 +363,7 @@ class ReplicaManager:
         partition = self._partitions.pop(key, None)
         if self._fetchers is not None:
             self._fetchers.remove_partition(key)
-        self._isr_pending.pop(key, None)
+        self._alter_partition.forget(key)
         if partition is not None:
             partition.close()
         self.storage.delete_partition(*key)
@@ -450,8 +445,7 @@ class ReplicaManager:
     # --- PartitionContext ----------------------------------------------------------------------
 
     def propose_isr(self, partition: Partition, proposal: ProposeIsr) -> None:
-        self._isr_pending[partition.key] = (partition, proposal)
-        self._isr_wake.set()
+        self._alter_partition.submit(partition, proposal)
 
     def on_new_data(self, partition: Partition) -> None:
         self._follower_waiters.wake(partition.key)
@@ -830,85 +824,6 @@ class ReplicaManager:
         if self.metrics is not None:
             self.metrics.latency["init_producer_id"].observe(time.perf_counter() - started)
         return response
-
-    # --- AlterPartition ------------------------------------------------------------------------
-
-    async def _send_isr_proposals(self) -> None:
-        """One AlterPartition in flight, carrying every pending proposal (Kafka's
-        AlterPartitionManager); failed sends back off, doubling."""
-        backoff_ms = 0
-        while True:
-            await self._isr_wake.wait()
-            self._isr_wake.clear()
-            if backoff_ms:
-                await asyncio.sleep(backoff_ms / 1000)
-            batch, self._isr_pending = self._isr_pending, {}
-            if not batch:
-                continue
-            try:
-                failed = await self._send_alter_partition(list(batch.values()))
-            except Exception:
-                log.exception("broker %d: AlterPartition round failed", self.broker_id)
-                failed = True
-            if failed:
-                backoff_ms = min(ALTER_PARTITION_BACKOFF_MAX_MS,
-                                 max(ALTER_PARTITION_BACKOFF_MS, backoff_ms * 2))
-            else:
-                backoff_ms = 0
-
-    async def _send_alter_partition(self, batch: list[tuple[Partition, ProposeIsr]]) -> bool:
-        """Send one AlterPartition; True when something must be re-sent."""
-        request = cpb.AlterPartitionRequest(broker_id=self.broker_id,
-                                            broker_epoch=self._broker_epoch())
-        topics: dict[bytes, cpb.AlterPartitionRequest.TopicData] = {}
-        for partition, proposal in batch:
-            topic = topics.get(partition.topic_id)
-            if topic is None:
-                topic = topics[partition.topic_id] = request.topics.add(
-                    topic_id=partition.topic_id)
-            data = topic.partitions.add(partition_id=partition.partition_id,
-                                        leader_epoch=proposal.leader_epoch,
-                                        new_isr=proposal.new_isr,
-                                        partition_epoch=proposal.partition_epoch)
-            # KIP-903: the epochs the members fetched with; the controller refuses an addition
-            # whose epoch is not its current registration's. The leader's own is ours.
-            epochs = proposal.new_isr_broker_epochs or (-1,) * len(proposal.new_isr)
-            for broker_id, epoch in zip(proposal.new_isr, epochs, strict=True):
-                data.new_isr_with_epochs.add(
-                    broker_id=broker_id,
-                    broker_epoch=request.broker_epoch if broker_id == self.broker_id else epoch)
-        results: dict[PartitionKey, Any] = {}
-        request_error: int = ErrorCode.NONE
-        try:
-            response = await self._controller.call("AlterPartition", request)
-            request_error = response.error_code
-            for topic_result in response.topics:
-                for result in topic_result.partitions:
-                    results[(topic_result.topic_id, result.partition_id)] = result
-        except TidelogError as error:
-            log.info("broker %d: AlterPartition failed: %s", self.broker_id, error)
-            request_error = error.code
-        now_ms = _monotonic_ms()
-        for partition, proposal in batch:
-            if partition.closed or self._partitions.get(partition.key) is not partition:
-                continue
-            result = results.get(partition.key)
-            if request_error != ErrorCode.NONE or result is None:
-                code = request_error if request_error != ErrorCode.NONE \
-                    else ErrorCode.UNKNOWN_SERVER_ERROR
-                partition.on_alter_partition_response(proposal, error_code=code, now_ms=now_ms)
-                continue
-            partition.on_alter_partition_response(
-                proposal, error_code=result.error_code, leader_id=result.leader,
-                leader_epoch=result.leader_epoch, isr=list(result.isr),
-                partition_epoch=result.partition_epoch, now_ms=now_ms)
-            if result.error_code != ErrorCode.NONE:
-                log.info("broker %d: AlterPartition %s %s: %s %s", self.broker_id,
-                         partition.name, list(proposal.new_isr),
-                         ErrorCode.Name(result.error_code), result.error_message)
-        # Something must be re-sent when the core asked for the very same proposal again.
-        return any(self._isr_pending.get(partition.key, (None, None))[1] == proposal
-                   for partition, proposal in batch)
 
     # --- timers --------------------------------------------------------------------------------
 
