@@ -1,46 +1,18 @@
-"""The ``tidelog`` command.
-
-User mistakes and unreachable clusters end in one line on stderr (what failed, why, what to do)
-and a non-zero exit code, never a traceback: every command body runs under :func:`main`'s handler,
-which turns ``TidelogError`` (and ``OSError``) into that line.
+"""``tidelog storage …``: make a cluster id (``random-uuid``) and a cluster secret
+(``random-secret``), and format a node's data directory (``format``) before its first start.
 """
 
 from __future__ import annotations
 
-import sys
 import uuid
 from pathlib import Path
 
 import click
 
-from tidelog.errors import TidelogError
-
-__all__ = ["cli", "main"]
-
-EXIT_USER_ERROR = 2
-EXIT_FAILURE = 1
+__all__ = ["new_cluster_id", "storage"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tidelog")
-def cli() -> None:
-    """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
-
-
-@cli.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="the node's TOML config file")
-def server(config_path: str) -> None:
-    """Run a node (controller, broker, or both) in the foreground until SIGTERM/SIGINT."""
-    from tidelog.config import load_config
-
-    config = load_config(config_path)
-    from tidelog.node import run_node  # lazy: pulls in controller/broker code
-
-    run_node(config)
-
-
-@cli.group()
+@click.group()
 def storage() -> None:
     """Format and inspect node data directories."""
 
@@ -90,46 +62,6 @@ def format_cmd(config_path: str | None, data_dir: str | None, node_id: int | Non
     click.echo(f"formatted {data_dir}: cluster {meta.cluster_id}, node {meta.node_id}")
 
 
-def _add_subcommands() -> None:
-    import tidelog.cli_info  # noqa: F401 - adds `cluster info` and `cluster health`
-    from tidelog.cli_cluster import cluster
-    from tidelog.cli_dev import dev
-    from tidelog.cli_topic import topic
-
-    cli.add_command(cluster)
-    cli.add_command(topic)
-    cli.add_command(dev)
-
-
-_add_subcommands()
-
-
 def new_cluster_id() -> str:
     """A fresh cluster id (a UUID's hex form, as Kafka prints a base64 one)."""
     return uuid.uuid4().hex
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``tidelog`` console script."""
-    try:
-        rc = cli.main(args=argv, prog_name="tidelog", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(EXIT_FAILURE)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except TidelogError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_USER_ERROR if not e.retriable else EXIT_FAILURE)
-    except OSError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_FAILURE)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    if isinstance(rc, int):
-        sys.exit(rc)
-
-
-if __name__ == "__main__":
-    main()

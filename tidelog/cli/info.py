@@ -1,9 +1,9 @@
 """``tidelog cluster info`` and ``tidelog cluster health``: the cluster as its brokers see it.
 
-Unlike the rest of the ``cluster`` group (tidelog/cli_cluster.py), which manages local processes
-found through ``--dir``, these commands ask any cluster through its brokers (``--brokers``,
-default ``$TIDELOG_BROKERS``), like ``rpk cluster info`` / ``rpk cluster health``. Importing this
-module adds them to that group.
+Unlike the rest of the ``cluster`` group (tidelog/cli/cluster.py, which adds these two to it),
+which manages local processes found through ``--dir``, these commands ask any cluster through
+its brokers (``--brokers``, default ``$TIDELOG_BROKERS``), like ``rpk cluster info`` /
+``rpk cluster health``.
 
 ``health`` exits with :data:`EXIT_UNHEALTHY` when a partition is offline (no leader) or has fewer
 in-sync replicas than its topic's ``min.insync.replicas`` (acks=all writes to it fail), or when
@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tidelog.cli_cluster import _table, cluster
-from tidelog.cli_topic import (
+from tidelog.cli.common import (
     CliError,
     OneLineCommand,
     admin_client,
     brokers_option,
     echo_json,
     format_option,
+    ids,
+    table,
     timeout_option,
 )
 from tidelog.errors import TidelogError
@@ -43,7 +44,7 @@ EXIT_UNHEALTHY = 3
 TABLE_PARTITIONS_MAX = 50
 
 
-@cluster.command("info", cls=OneLineCommand)
+@click.command("info", cls=OneLineCommand)
 @brokers_option
 @timeout_option
 @format_option
@@ -71,13 +72,13 @@ def info(brokers: str, timeout_ms: int, fmt: str) -> None:
     click.echo(f"cluster {described.cluster_id}   active controller: {leader}   metadata "
                f"offset: {described.metadata_offset}")
     click.echo("\nBROKERS")
-    _table([{"id": b["id"], "host": b["host"], "port": b["port"], "rack": b["rack"] or "-",
+    table([{"id": b["id"], "host": b["host"], "port": b["port"], "rack": b["rack"] or "-",
              "status": "fenced" if b["fenced"] else "active"} for b in doc["brokers"]])
     click.echo("\nCONTROLLERS" + (f" (leader epoch {quorum.leader_epoch})" if quorum else ""))
     if quorum is None:
         click.echo(f"(not available: {quorum_error})")
     else:
-        _table([{"id": c["id"], "host": c["host"], "port": c["port"],
+        table([{"id": c["id"], "host": c["host"], "port": c["port"],
                  "role": "leader" if c["leader"] else "follower",
                  "connected": "yes" if c["connected"] else "no", "lag": c["lag"]}
                 for c in doc["controllers"]])
@@ -116,7 +117,7 @@ class _Health:
         return out
 
 
-@cluster.command("health", cls=OneLineCommand)
+@click.command("health", cls=OneLineCommand)
 @brokers_option
 @timeout_option
 @format_option
@@ -182,21 +183,18 @@ def _print_health(report: _Health) -> None:
     problems = report.problems
     click.echo(f"healthy: {'no' if problems else 'yes'}")
     leader = report.controller_leader if report.controller_leader >= 0 else "none"
-    click.echo(f"controller leader: {leader}   brokers: {_ids(report.brokers)}   fenced: "
-               f"{_ids(report.fenced_brokers)}")
+    click.echo(f"controller leader: {leader}   brokers: {ids(report.brokers)}   fenced: "
+               f"{ids(report.fenced_brokers)}")
     for title, rows in (("offline partitions", report.offline),
                         ("partitions under min.insync.replicas", report.under_min_isr),
                         ("under-replicated partitions", report.under_replicated)):
         click.echo(f"{title}: {len(rows)}")
         if rows:
-            _table([{"topic": r["topic"], "partition": r["partition"], "leader": r["leader"],
-                     "replicas": _ids(r["replicas"]), "isr": _ids(r["isr"]),
+            table([{"topic": r["topic"], "partition": r["partition"], "leader": r["leader"],
+                     "replicas": ids(r["replicas"]), "isr": ids(r["isr"]),
                      "min_isr": r["min_insync_replicas"]}
                     for r in rows[:TABLE_PARTITIONS_MAX]])
             if len(rows) > TABLE_PARTITIONS_MAX:
                 click.echo(f"... and {len(rows) - TABLE_PARTITIONS_MAX} more (--format json "
                            f"lists all)")
 
-
-def _ids(values: list[int]) -> str:
-    return ",".join(map(str, values)) or "-"

@@ -1,5 +1,6 @@
 """``tidelog cluster …``: local multi-process clusters (up, status, stop-node, start-node, down)
-and the controller quorum's status.
+and the controller quorum's status; the group also holds ``info`` and ``health``
+(tidelog/cli/info.py), which ask any cluster through its brokers.
 
 Local clusters live in a directory (``--dir``, default ``$TIDELOG_CLUSTER_DIR`` or
 ``.tidelog/cluster``) holding each node's config, data dir and log, and ``cluster.json`` with the
@@ -17,6 +18,8 @@ from typing import Any
 
 import click
 
+from tidelog.cli.common import table
+from tidelog.cli.info import health, info
 from tidelog.local_cluster import LocalCluster
 
 DEFAULT_DIR = ".tidelog/cluster"
@@ -45,6 +48,10 @@ def _load(cluster_dir: str) -> LocalCluster:
 @click.group()
 def cluster() -> None:
     """Local clusters and cluster status."""
+
+
+cluster.add_command(info)
+cluster.add_command(health)
 
 
 @cluster.command()
@@ -159,7 +166,7 @@ def quorum(controllers: tuple[str, ...], cluster_dir: str, fmt: str, wait_s: flo
     click.echo(f"leader: {response.leader_id}  leader epoch: {response.leader_epoch}  "
                f"commit index: {response.high_watermark}  metadata offset: "
                f"{response.metadata_offset}  (answered by {response.responder_id})")
-    _table(rows)
+    table(rows)
 
 
 def _describe_quorum(addresses: list[str], *, wait_s: float = QUORUM_WAIT_S) -> Any:
@@ -181,7 +188,7 @@ def _ask_quorum(addresses: list[str]) -> tuple[Any, list[str]]:
 
     from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
-    errors = []
+    errors: list[str] = []
     for address in addresses:
         try:
             with grpc.insecure_channel(address) as channel:
@@ -236,15 +243,4 @@ def _status_rows(c: LocalCluster) -> list[dict[str, Any]]:
 
 
 def _print_status(c: LocalCluster) -> None:
-    _table(_status_rows(c))
-
-
-def _table(rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        click.echo("(none)")
-        return
-    cols = list(rows[0])
-    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in cols}
-    click.echo("  ".join(k.upper().ljust(widths[k]) for k in cols))
-    for r in rows:
-        click.echo("  ".join(str(r[k]).ljust(widths[k]) for k in cols))
+    table(_status_rows(c))
