@@ -46,6 +46,7 @@ CLIENT = [
     "OffsetAndTimestamp",
     "PartitionDescription",
     "Producer",
+    "ProducerSenderError",
     "QuorumDescription",
     "RecordMetadata",
     "TopicDescription",
@@ -82,6 +83,7 @@ def test_consumer_errors_are_typed_error_codes() -> None:
                       tidelog.errors.OffsetOutOfRangeError)
     # They subclass, so the one-class-per-code table is unchanged.
     assert tidelog.errors.ERROR_CLASSES[2] is tidelog.errors.CorruptMessageError
+    assert issubclass(tidelog.client.ProducerSenderError, tidelog.errors.UnknownServerError)
 
 
 @pytest.mark.parametrize(

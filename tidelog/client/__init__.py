@@ -3,7 +3,8 @@
 Everything a user needs is exported here (and the most used names from ``tidelog`` itself); the
 underscore modules are private and may change. Errors are the typed classes of ``tidelog.errors``
 (one per error code, each with ``code`` and ``retriable``), plus the two consumer errors below,
-which subclass them and say where the problem is.
+which subclass them and say where the problem is, and ProducerSenderError (an
+UNKNOWN_SERVER_ERROR): the producer's sender failed and the producer is done.
 """
 
 from tidelog.client.admin import (
@@ -23,7 +24,7 @@ from tidelog.client.admin import (
     VoterDescription,
 )
 from tidelog.client.consumer import Consumer, CorruptRecordError, NoOffsetForPartitionError
-from tidelog.client.producer import Producer
+from tidelog.client.producer import Producer, ProducerSenderError
 from tidelog.client.records import (
     ConsumerRecord,
     OffsetAndTimestamp,
@@ -48,6 +49,7 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionDescription",
     "Producer",
+    "ProducerSenderError",
     "QuorumDescription",
     "RecordMetadata",
     "TopicDescription",

@@ -3,7 +3,10 @@
 Every Producer, Consumer and Admin in a process shares one event loop running on one daemon
 thread (``io_thread()``); their public methods are synchronous and hand coroutines to it. Sharing
 the loop keeps the thread count at one however many clients a program opens; each client still
-owns its channels and tasks and closes them itself.
+owns its channels and tasks and closes them itself. Should the thread ever stop (something
+raised out of the loop), every blocking call made through it raises instead of waiting (``run``
+checks the thread while it waits), its stop listeners run (a producer fails what it holds), and
+the next client gets a new thread.
 
 gRPC failures are transport failures only (error codes travel inside responses), and are turned
 into the same typed errors the responses use: UNAVAILABLE -> NetworkError, DEADLINE_EXCEEDED ->
@@ -16,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import os
 import threading
 import time
-from collections.abc import Coroutine, Iterable
+import weakref
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import grpc
@@ -35,6 +40,8 @@ from tidelog.errors import (
     UnsupportedVersionError,
 )
 from tidelog.v1.broker_pb2_grpc import BrokerServiceStub
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Connections",
@@ -55,6 +62,8 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 #: Extra time a blocking call waits for its coroutine beyond the coroutine's own deadline, so the
 #: coroutine's typed error, not a generic timeout, is what the caller sees.
 SYNC_WAIT_SLACK_S = 5.0
+#: How often a blocking call checks that the I/O thread is still alive while it waits.
+IO_THREAD_CHECK_S = 0.5
 
 
 def monotonic_ms() -> int:
@@ -116,12 +125,48 @@ class IOThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.pid = os.getpid()
+        self._stop_listeners: list[weakref.WeakMethod[Callable[[BaseException], None]]] = []
+        self._stop_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tidelog-client-io", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        error: BaseException = RuntimeError("the loop stopped")
+        try:
+            self.loop.run_forever()
+        except BaseException as e:  # raised out of a task or callback: the thread ends
+            error = e
+            log.error("the Tidelog client I/O thread stopped", exc_info=e)
+        finally:
+            self._stopped(error)
+
+    def _stopped(self, error: BaseException) -> None:
+        """The loop will run nothing more: tell the clients (on this thread, which is still the
+        only one touching their loop state)."""
+        with self._stop_lock:
+            listeners, self._stop_listeners = self._stop_listeners, []
+        for ref in listeners:
+            callback = ref()
+            if callback is None:
+                continue
+            try:
+                callback(error)
+            except BaseException:
+                log.exception("a client failed to stop after its I/O thread stopped")
+
+    def add_stop_listener(self, callback: Callable[[BaseException], None]) -> None:
+        """``callback(error)`` runs once if the thread stops (a bound method, held weakly, so a
+        client that is dropped is not kept alive by this)."""
+        with self._stop_lock:
+            self._stop_listeners = [r for r in self._stop_listeners if r() is not None]
+            self._stop_listeners.append(weakref.WeakMethod(callback))
+        if not self.alive:  # stopped before we were listening
+            self._stopped(RuntimeError("the client I/O thread had stopped"))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def in_io_thread(self) -> bool:
         return threading.current_thread() is self._thread
@@ -139,16 +184,34 @@ class IOThread:
                 "a blocking Tidelog client call was made on the client's I/O thread (from a "
                 "delivery callback?); it would deadlock. Hand the work to another thread."
             )
+        if not self.alive:
+            coro.close()
+            raise _stopped_error()
         future = self.submit(coro)
-        try:
-            return future.result(None if timeout_s is None else timeout_s + SYNC_WAIT_SLACK_S)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise RequestTimedOutError(f"the call did not finish within {timeout_s:.1f}s") from None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s + SYNC_WAIT_SLACK_S
+        while True:  # bounded: by the deadline, or by the thread stopping
+            wait = IO_THREAD_CHECK_S if deadline is None else min(
+                IO_THREAD_CHECK_S, max(deadline - time.monotonic(), 0.0))
+            try:
+                return future.result(wait)
+            except concurrent.futures.TimeoutError:
+                pass
+            if not self.alive:
+                future.cancel()
+                raise _stopped_error() from None
+            if deadline is not None and time.monotonic() >= deadline:
+                future.cancel()
+                raise RequestTimedOutError(
+                    f"the call did not finish within {timeout_s:.1f}s") from None
 
     def call_soon(self, callback: Any, *args: Any) -> None:
         """Run ``callback(*args)`` on the loop soon (thread-safe)."""
         self.loop.call_soon_threadsafe(callback, *args)
+
+
+def _stopped_error() -> UnknownServerError:
+    return UnknownServerError("the Tidelog client I/O thread has stopped (see the log for why); "
+                              "this client cannot be used any more")
 
 
 _shared_lock = threading.Lock()
@@ -159,7 +222,7 @@ def io_thread() -> IOThread:
     """The process's one client I/O thread, started on first use (and again after a fork)."""
     global _shared
     with _shared_lock:
-        if _shared is None or _shared.pid != os.getpid():
+        if _shared is None or _shared.pid != os.getpid() or not _shared.alive:
             _shared = IOThread()
         return _shared
 
@@ -445,8 +508,13 @@ class Connections:
             error = failure or _StreamUnsupported()
         except asyncio.CancelledError:
             error = NetworkError(f"{method} stream to broker {address} closed")
-        except Exception as e:  # whatever broke the stream fails its requests
-            error = NetworkError(f"broker {address}: {method} stream failed: {e!r}")
+        except BaseException as e:  # whatever broke the stream fails its requests (a bug: logged)
+            log.error("reading the %s stream of broker %s failed", method, address, exc_info=e)
+            if mux.call is call:
+                mux.fail_all(NetworkError(f"broker {address}: {method} stream failed: {e!r}"))
+            if not isinstance(e, Exception):
+                raise
+            return
         if mux.call is call:
             mux.fail_all(error)
 

@@ -9,6 +9,10 @@ snapshot is older than ``metadata_max_age_ms``, and never more often than the ba
 fail (Kafka's ExponentialBackoff). A refresh asks the known brokers in turn, then the bootstrap
 list, until one answers.
 
+A refresh that fails with anything but a TidelogError (a bug, an answer the client cannot read)
+is logged with its traceback and handed to the failure listeners (the producer's sender stops
+for good on it: ``Sender.crash``), instead of ending the background task unseen.
+
 A leader hint in an error response (KIP-951) moves the partition's leader at once, without
 waiting for the refresh, when its leader epoch is newer than the one we hold.
 """
@@ -269,6 +273,7 @@ class MetadataManager:
         self._background: asyncio.Task[None] | None = None
         self._next_address = 0
         self._listeners: list[Callable[[], None]] = []
+        self._failure_listeners: list[Callable[[BaseException], None]] = []
         self.last_error: TidelogError | None = None
         self._closed = False
 
@@ -287,6 +292,11 @@ class MetadataManager:
     def add_listener(self, callback: Callable[[], None]) -> None:
         """``callback()`` runs on the loop after each successful refresh."""
         self._listeners.append(callback)
+
+    def add_failure_listener(self, callback: Callable[[BaseException], None]) -> None:
+        """``callback(error)`` runs on the loop when a refresh fails with an unexpected
+        exception (not a TidelogError)."""
+        self._failure_listeners.append(callback)
 
     def request_update(self) -> None:
         """Ask for a refresh as soon as the backoff allows (thread-safe, never blocks)."""
@@ -328,6 +338,8 @@ class MetadataManager:
                 await self.refresh()
             except TidelogError as e:
                 log.debug("metadata refresh failed: %s", e)
+            except Exception:  # _do_refresh logged it and told the failure listeners
+                return
 
     async def refresh(self) -> ClusterSnapshot:
         """Fetch metadata now (one refresh at a time; concurrent callers share it)."""
@@ -360,22 +372,34 @@ class MetadataManager:
             except TidelogError as e:
                 last = e
                 continue
-            self.snapshot = ClusterSnapshot.from_response(
-                resp, now_ms=monotonic_ms(), previous=self.snapshot, all_topics=all_topics
-            )
-            self._failures = 0
-            self.last_error = None
-            for callback in self._listeners:
-                callback()
+            try:
+                self.snapshot = ClusterSnapshot.from_response(
+                    resp, now_ms=monotonic_ms(), previous=self.snapshot, all_topics=all_topics
+                )
+                self._failures = 0
+                self.last_error = None
+                for callback in self._listeners:
+                    callback()
+            except Exception as e:
+                self._unexpected(e, address)
+                raise
             return self.snapshot
         self._failures += 1
         self._update_wanted = True
-        assert last is not None
+        assert last is not None  # narrowing: the loop ran at least once, each time failing
         self.last_error = NetworkError(
             f"no broker answered a metadata request (tried {', '.join(addresses)}); "
             f"last error: {last}"
         ) if last.retriable else last
         raise self.last_error
+
+    def _unexpected(self, error: Exception, address: str) -> None:
+        log.error("handling the metadata from %s failed", address, exc_info=error)
+        for callback in self._failure_listeners:
+            try:
+                callback(error)
+            except Exception:
+                log.exception("a metadata failure listener raised")
 
     async def call_any(self, method: str, request: Any, *, deadline_ms: int,
                        idempotent: bool = True) -> Any:

@@ -16,6 +16,13 @@ Responses are handled per partition (``_handle_partition``):
   ``retries`` attempts or ``delivery_timeout_ms`` run out.
 * PRODUCER_FENCED / INVALID_PRODUCER_EPOCH: fatal for the producer; every later send raises it.
 * anything else: fail the batch's futures with the typed error.
+
+An exception the sender did not expect -- a bug, an answer it cannot handle, a callback raising
+something that is not an ``Exception`` -- anywhere on its paths (the main loop, a produce
+request's task and its answer, InitProducerId, the metadata refresh, the I/O thread itself)
+ends the producer for good (``crash``): it is logged with its traceback, every batch queued or
+in flight fails with a ProducerSenderError that carries it, and later ``send()``/``flush()``
+raise that error. Nothing is left pending, so no ``flush()`` waits forever.
 """
 
 from __future__ import annotations
@@ -42,11 +49,13 @@ from tidelog.errors import (
     ProducerFencedError,
     RequestTimedOutError,
     TidelogError,
+    UnknownServerError,
     error_for_code,
 )
 from tidelog.v1 import broker_pb2
 
-__all__ = ["BatchResult", "DeliveryCallback", "FutureRecordMetadata", "Sender", "SenderConfig"]
+__all__ = ["BatchResult", "DeliveryCallback", "FutureRecordMetadata", "ProducerSenderError",
+           "Sender", "SenderConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,13 @@ SENDER_TICK_MS = 200
 
 
 _WAITER_LOCK = threading.Lock()
+
+
+class ProducerSenderError(UnknownServerError):
+    """The producer's sender failed with an exception it did not expect (``__cause__``): every
+    record not yet acknowledged failed with this, and the producer refuses new records; close
+    it and make a new one. A bug, or a broker answer the client cannot handle: it is logged
+    with its traceback."""
 
 
 class BatchResult:
@@ -118,17 +134,21 @@ class BatchResult:
             self.log_append_time_ms = log_append_time_ms
         else:
             self.error = error
-        for future, on_delivery in self._deliveries or ():
-            try:
-                on_delivery(future._metadata(), error)
-            except Exception:
-                log.exception("a delivery callback raised; the producer carries on")
-        self._deliveries = None
-        with _WAITER_LOCK:
-            self.done = True
-            event, callbacks, self._callbacks = self._event, self._callbacks, None
-        if event is not None:
-            event.set()
+        deliveries, self._deliveries = self._deliveries, None
+        try:
+            for future, on_delivery in deliveries or ():
+                try:
+                    on_delivery(future._metadata(), error)
+                except Exception:
+                    log.exception("a delivery callback raised; the producer carries on")
+        finally:
+            # Even when a callback raised something that is not an Exception (that ends the
+            # producer: Sender.crash), these records have their outcome and waiters wake.
+            with _WAITER_LOCK:
+                self.done = True
+                event, callbacks, self._callbacks = self._event, self._callbacks, None
+            if event is not None:
+                event.set()
         if callbacks:
             callbacks.sort(key=_index_of)  # stable: a record's own callbacks keep their order
             for _, future, fn in callbacks:
@@ -206,7 +226,7 @@ class FutureRecordMetadata:
         if self._batch.error is not None:
             raise self._batch.error
         meta = self._metadata()
-        assert meta is not None
+        assert meta is not None  # narrowing: complete() sets tp whenever there is no error
         return meta
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
@@ -282,6 +302,9 @@ class Sender:
         self._pid_failures = 0
         self._pid_retry_at_ms = 0
         self._pid_task: asyncio.Task[bool] | None = None
+        #: Batches out of the accumulator and not in flight when a step handling them raised
+        #: (expired, aborted, being completed): ``crash`` fails them too.
+        self._orphans: list[ProducerBatch[BatchResult]] = []
         self.fatal_error: TidelogError | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -290,6 +313,8 @@ class Sender:
         """Start the sender task (on the loop)."""
         self.task = self._loop.create_task(self.run(), name="tidelog-producer-sender")
         self._metadata.add_listener(self._wake.set)
+        self._metadata.add_failure_listener(
+            lambda error: self.crash(error, "a metadata refresh"))
 
     def wake(self) -> None:
         """Thread-safe: look at the accumulator again now. A wake-up already scheduled and not
@@ -319,7 +344,9 @@ class Sender:
         with self._cond:
             self._acc.close()
         self._wake.set()
-        assert self.task is not None
+        if self.task is None:  # start() never ran: nothing was sent
+            self.crash(RuntimeError("the sender task never started"), "start")
+            return
         try:
             await asyncio.wait_for(
                 asyncio.shield(self.task), None if timeout_ms is None else timeout_ms / 1000
@@ -332,13 +359,58 @@ class Sender:
         self._forced = True
         with self._cond:
             aborted = self._acc.abort_all()
-        for batch in aborted:
-            self._fail(batch, error)
+        self._for_each(aborted, lambda batch: self._fail(batch, error))
+        self._cancel_tasks()
+
+    def _cancel_tasks(self) -> None:
+        """Cancel the produce requests (their batches fail) and InitProducerId, except the task
+        this runs in (it is ending anyway)."""
+        current = asyncio.current_task() if self._loop.is_running() else None
         for task in list(self._tasks):
-            task.cancel()
-        if self._pid_task is not None:
+            if task is not current:
+                task.cancel()
+        if self._pid_task is not None and self._pid_task is not current:
             self._pid_task.cancel()
         self._wake.set()
+
+    def crash(self, error: BaseException, where: str) -> None:
+        """The sender met an exception it did not expect in ``where``: log it, fail every batch
+        queued, in flight or being handled with a ProducerSenderError carrying it, and refuse
+        new records from now on (``fatal_error``). Runs on the I/O thread; only the first crash
+        counts. It must not raise, or the futures it is there for would wait forever."""
+        if isinstance(self.fatal_error, ProducerSenderError):
+            return
+        failure = ProducerSenderError(
+            f"the producer's sender failed in {where}: {error!r}; every record not yet "
+            "acknowledged failed, and the producer refuses new ones (close it)")
+        failure.__cause__ = error
+        log.error("the producer's sender failed in %s", where, exc_info=error)
+        self.fatal_error = failure  # first: a send() racing this raises it
+        self._forced = True
+        with self._cond:
+            batches = self._acc.abort_all() + list(self._sent) + self._orphans
+            self._orphans = []
+            self._cond.notify_all()  # send()s waiting for memory see fatal_error
+        for batch in batches:
+            try:
+                self._fail(batch, failure)
+            except BaseException:  # the futures first; the bookkeeping is moot now
+                log.exception("failing %s after the sender failed", batch.tp)
+                with contextlib.suppress(BaseException):
+                    batch.result.complete(None, -1, -1, failure)
+        with contextlib.suppress(BaseException):
+            self._cancel_tasks()
+
+    def _for_each(self, batches: list[ProducerBatch[BatchResult]],
+                  fn: Callable[[ProducerBatch[BatchResult]], None]) -> None:
+        """``fn(batch)`` for each batch taken out of the accumulator (not in flight); should it
+        raise, that batch and the ones after it are left to ``crash`` to fail."""
+        for i, batch in enumerate(batches):
+            try:
+                fn(batch)
+            except BaseException:
+                self._orphans.extend(batches[i:])
+                raise
 
     # ------------------------------------------------------------------ the loop
     def _finished(self) -> bool:
@@ -349,6 +421,25 @@ class Sender:
         )
 
     async def run(self) -> None:
+        """The sender task: ``_run`` until close; an exception it did not expect crashes the
+        producer (``crash``) and the task then only waits for close, so close() returns."""
+        try:
+            await self._run()
+        except GeneratorExit:  # the coroutine is being closed (its loop is gone): nothing to do
+            raise
+        except asyncio.CancelledError:
+            self.crash(RuntimeError("the sender task was cancelled"), "its main loop")
+            raise
+        except BaseException as e:  # a bug: fail everything rather than hang flush()
+            self.crash(e, "its main loop")
+            await self._wait_for_close()
+
+    async def _wait_for_close(self) -> None:
+        while not self._closing:  # bounded by close(), which sets _closing and wakes this
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _run(self) -> None:
         # Bounded by close(): once closing, every turn either sends, expires or waits for a
         # response, and batches expire after delivery_timeout_ms at the latest.
         while not self._finished():
@@ -380,7 +471,7 @@ class Sender:
         wait = self._pid_retry_at_ms - monotonic_ms()
         if wait > 0:
             return wait
-        self._pid_task = self._loop.create_task(self._init_producer_id())
+        self._pid_task = self._loop.create_task(self._init_producer_id_or_crash())
         self._pid_task.add_done_callback(lambda _: self._wake.set())
         return None
 
@@ -401,12 +492,13 @@ class Sender:
                     in_flight=in_flight,
                 )
             for batches in drained.values():
+                self._sent.update(batches)  # first: should a step below raise, crash fails them
+                for batch in batches:
+                    in_flight[batch.tp] = in_flight.get(batch.tp, 0) + 1
+            for batches in drained.values():
                 for batch in batches:
                     self._idem.on_drain(batch)
-                    self._sent.add(batch)
-                    in_flight[batch.tp] = in_flight.get(batch.tp, 0) + 1
-        for batch in expired:
-            self._expire(batch, now)
+        self._for_each(expired, lambda batch: self._expire(batch, now))
         if check.unknown_leader_topics:
             self._metadata.add_topics(check.unknown_leader_topics)
             self._metadata.request_update()
@@ -452,6 +544,21 @@ class Sender:
         return request
 
     async def _produce(self, node: int, batches: list[ProducerBatch[BatchResult]]) -> None:
+        """One produce request's task: send it, handle the answer; an exception it did not
+        expect (a bug, an answer it cannot handle) crashes the producer rather than leave the
+        batches in flight forever."""
+        try:
+            await self._produce_and_handle(node, batches)
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except BaseException as e:
+            self.crash(e, f"a produce request to broker {node}")
+        finally:
+            self._requests_in_flight[node] -= 1
+            self._wake.set()
+
+    async def _produce_and_handle(self, node: int,
+                                  batches: list[ProducerBatch[BatchResult]]) -> None:
         try:
             address = self._metadata.snapshot.address_of(node)
             if address is None:
@@ -476,9 +583,6 @@ class Sender:
             parts = {(t.name, p.partition_id): p for t in resp.topics for p in t.partitions}
             for b in batches:
                 self._handle_partition(b, parts.get(b.tp))
-        finally:
-            self._requests_in_flight[node] -= 1
-            self._wake.set()
 
     def _handle_partition(
         self, batch: ProducerBatch[BatchResult],
@@ -565,6 +669,15 @@ class Sender:
             self._idem.request_epoch_bump()
 
     # ------------------------------------------------------------------ producer ids
+    async def _init_producer_id_or_crash(self) -> bool:
+        try:
+            return await self._init_producer_id()
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except BaseException as e:
+            self.crash(e, "InitProducerId")
+            return False
+
     async def _init_producer_id(self) -> bool:
         bump = self._idem.has_producer_id
         request = broker_pb2.InitProducerIdRequest(
@@ -594,11 +707,10 @@ class Sender:
             unsure = [b for b in queued if b.maybe_written and self._acc.remove(b)]
             for b in queued:
                 b.unstamp()
-        for b in unsure:
-            # Re-sequencing a batch that may already be written could write it twice.
-            self._fail(b, RequestTimedOutError(
-                f"{b.record_count} record(s) for {b.tp} may have been written; the producer "
-                "epoch was bumped so they are not retried"))
+        # Re-sequencing a batch that may already be written could write it twice.
+        self._for_each(unsure, lambda b: self._fail(b, RequestTimedOutError(
+            f"{b.record_count} record(s) for {b.tp} may have been written; the producer "
+            "epoch was bumped so they are not retried")))
         return True
 
     # ------------------------------------------------------------------ completion
@@ -618,8 +730,7 @@ class Sender:
             self.fatal_error = error
         with self._cond:
             aborted = self._acc.abort_all()
-        for batch in aborted:
-            self._fail(batch, error)
+        self._for_each(aborted, lambda batch: self._fail(batch, error))
 
     def _complete(self, batch: ProducerBatch[BatchResult], base_offset: int,
                   log_append_time_ms: int) -> None:
@@ -627,14 +738,19 @@ class Sender:
         self._idem.on_acked(batch)
         self._unsend(batch)
         known = base_offset >= 0 and self._cfg.acks != 0
-        batch.result.complete(batch.tp, base_offset if known else -1, log_append_time_ms, None)
-        self._release(batch)
+        try:
+            batch.result.complete(batch.tp, base_offset if known else -1, log_append_time_ms,
+                                  None)
+        finally:  # a callback raised past complete(): the memory is still given back
+            self._release(batch)
 
     def _fail(self, batch: ProducerBatch[BatchResult], error: TidelogError) -> None:
         self._idem.on_response(batch)
         self._unsend(batch)
-        batch.result.complete(None, -1, -1, error)
-        self._release(batch)
+        try:
+            batch.result.complete(None, -1, -1, error)
+        finally:
+            self._release(batch)
 
     def _release(self, batch: ProducerBatch[BatchResult]) -> None:
         with self._cond:

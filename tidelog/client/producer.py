@@ -6,6 +6,12 @@ to ``max_block_ms`` the first time), picks the partition, and appends the record
 accumulator, blocking while ``buffer_memory`` is full (again up to ``max_block_ms``). The one
 sender task on the shared client I/O thread does the rest (see ``_sender``). Futures complete,
 and delivery callbacks run, on that I/O thread: keep callbacks short and never block in them.
+
+Should the sender fail with an exception it did not expect (a bug, a broker answer it cannot
+handle, a callback raising something that is not an ``Exception``, the I/O thread stopping), the
+producer is done: every record not yet acknowledged fails with a ProducerSenderError carrying
+that exception, it is logged, and ``send()``, ``send_many()`` and ``flush()`` raise it from then
+on; ``close()`` still returns.
 """
 
 from __future__ import annotations
@@ -37,15 +43,21 @@ from tidelog.client._sender import (
     BatchResult,
     DeliveryCallback,
     FutureRecordMetadata,
+    ProducerSenderError,
     Sender,
     SenderConfig,
 )
 from tidelog.client.records import TopicPartition
 from tidelog.compression import codec_from_name
-from tidelog.errors import InvalidRecordError, MessageTooLargeError, RequestTimedOutError
+from tidelog.errors import (
+    InvalidRecordError,
+    MessageTooLargeError,
+    RequestTimedOutError,
+    TidelogError,
+)
 from tidelog.metadata.topic_names import validate_topic_name
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "ProducerSenderError"]
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +164,13 @@ class Producer:
             ),
             loop=self._io.loop,
         )
+        self._io.add_stop_listener(self._io_stopped)
         self._io.call_soon(self._sender.start)
         self.idempotent = idempotent
+
+    def _io_stopped(self, error: BaseException) -> None:
+        """The client I/O thread stopped (on that thread, its loop no longer running)."""
+        self._sender.crash(error, "the client I/O thread, which stopped")
 
     # ------------------------------------------------------------------ sending
     def send(
@@ -242,6 +259,8 @@ class Producer:
         if partition is None and not sticky:
             partition = self._choose(topic, key, count)
         with self._lock:
+            if self._sender.fatal_error is not None:  # under the lock: crash() aborts after it
+                raise self._sender.fatal_error
             if self._acc.buffer_used_bytes + size > self._buffer_memory:
                 self._wait_for_room(size, deadline)
             if partition is None:
@@ -467,24 +486,42 @@ class Producer:
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed.
 
-        Raises RequestTimedOutError if that takes longer than ``timeout_ms`` (None: no limit).
+        Raises RequestTimedOutError if that takes longer than ``timeout_ms`` (None: no limit),
+        and the producer's fatal error (ProducerSenderError when its sender failed; a fenced
+        producer's error) if it has one, at once or as soon as it happens while waiting.
         Failures of individual records are reported through their futures, not here.
         """
         if self._io.in_io_thread():
             raise RuntimeError("flush() from a delivery callback would deadlock")
+        self._raise_fatal()
         with self._cond:
             self._acc.begin_flush()
         try:
             self._sender.wake()
-            results = self._io.run(_call(self._sender.pending_results), None)
+            try:
+                results = self._io.run(_call(self._sender.pending_results), None)
+            except TidelogError:  # the I/O thread stopped meanwhile: the producer's error first
+                self._raise_fatal()
+                raise
             deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
             for result in results:  # bounded: one wait per unfinished batch, up to the deadline
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not result.wait(remaining):
-                    raise RequestTimedOutError(f"flush did not complete within {timeout_ms} ms")
+                while not result.wait(_slice(deadline)):  # each slice: has the sender failed?
+                    self._raise_fatal()
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise RequestTimedOutError(
+                            f"flush did not complete within {timeout_ms} ms")
+            self._raise_fatal()
         finally:
             with self._cond:
                 self._acc.end_flush()
+
+    def _raise_fatal(self) -> None:
+        """Raise the producer's fatal error, if it has one (its sender or I/O thread failed, or
+        it was fenced)."""
+        if self._sender.fatal_error is not None:
+            raise self._sender.fatal_error
+        if not self._io.alive:  # the stop listener sets fatal_error; this is the backstop
+            raise ProducerSenderError("the client I/O thread stopped; the producer cannot send")
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Stop accepting records, deliver those queued (up to ``timeout_ms``; None: until each
@@ -530,6 +567,17 @@ class Producer:
             raise self._sender.fatal_error
         if self._closed:
             raise RuntimeError("the producer is closed")
+
+
+#: Longest flush() waits on a batch before it looks whether the producer failed meanwhile.
+FLUSH_CHECK_S = 0.5
+
+
+def _slice(deadline: float | None) -> float:
+    """The next wait of flush(): FLUSH_CHECK_S, or less to end at the deadline."""
+    if deadline is None:
+        return FLUSH_CHECK_S
+    return max(0.0, min(FLUSH_CHECK_S, deadline - time.monotonic()))
 
 
 async def _call(fn: Callable[[], T]) -> T:
