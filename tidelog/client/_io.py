@@ -10,8 +10,9 @@ the next client gets a new thread.
 
 gRPC failures are transport failures only (error codes travel inside responses), and are turned
 into the same typed errors the responses use: UNAVAILABLE -> NetworkError, DEADLINE_EXCEEDED ->
-RequestTimedOutError, RESOURCE_EXHAUSTED (a message above the channel limit) ->
-RecordListTooLargeError, UNIMPLEMENTED -> UnsupportedVersionError.
+RequestTimedOutError, RESOURCE_EXHAUSTED -> RecordListTooLargeError for a message above the
+channel limit and NetworkError (retriable) for a server at its concurrent-RPC limit,
+UNIMPLEMENTED -> UnsupportedVersionError.
 """
 
 from __future__ import annotations
@@ -236,7 +237,13 @@ def error_from_rpc(err: grpc.aio.AioRpcError, address: str) -> TidelogError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimedOutError(detail)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return RecordListTooLargeError(detail)
+        # Two causes share the status: a message above the channel's size limit (gRPC says
+        # "... larger than max ...": resending it cannot help), and a server at its
+        # concurrent-RPC limit (maximum_concurrent_rpcs; the request was not handled at all,
+        # so a retry after a backoff is safe and right).
+        if "larger than max" in (err.details() or ""):
+            return RecordListTooLargeError(detail)
+        return NetworkError(f"{detail} (the broker is at its concurrent-request limit)")
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return UnsupportedVersionError(detail)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
