@@ -130,6 +130,7 @@ class AppendResult:
     #: Something failed after the batch was in the log (the flush: KAFKA_STORAGE_ERROR; a bug:
     #: UNKNOWN_SERVER_ERROR). Answer it with ``appended=true``: the batch may be committed.
     error: TidelogError | None = None
+    last_offset: int = -1  # the batch's last offset (the acks=all wait is for last + 1)
 
 
 @dataclass(order=True, slots=True)
@@ -305,7 +306,7 @@ class Partition:
             except Exception as e:  # a bug; the batch is in the log all the same
                 error = self._after_append_failed("the acks=all wait", e, base_offset)
         return AppendResult(base_offset, append_time_ms, self.log.log_start_offset, waiter,
-                            error)
+                            error, last_offset=last_offset)
 
     def _append(self, batch: RecordBatch, now_ms: int) -> AppendInfo:
         """The storage append alone. When it raises, nothing was written and the error is

@@ -30,8 +30,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,11 +45,17 @@ from broker.fetcher import (
 )
 from broker.metadata_listener import MetadataUpdate
 from broker.metrics import BrokerMetrics, TopicMetrics
-from broker.partition import AppendResult, Partition, PartitionKey, log_config_of
+from broker.partition import Partition, PartitionKey, log_config_of
+from broker.partition_writer import (
+    AppendOutcome,
+    HighWatermarkListener,
+    PendingAppend,
+    TopicIdPartition,
+)
 from broker.producer_ids import ControllerChannel, ProducerIdManager
-from broker.replication import AcksDone, ProposeIsr
+from broker.replication import ProposeIsr
 from broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
-from broker.storage import FlushPolicy, Storage, StorageConfig
+from broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
 from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
@@ -114,6 +120,14 @@ check(
 )
 
 _ACKS_VALID = (-1, 0, 1)
+
+
+def acks_error(acks: int) -> TidelogError | None:
+    """INVALID_REQUIRED_ACKS unless ``acks`` is -1 (all), 0 or 1."""
+    if acks in _ACKS_VALID:
+        return None
+    return InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks}")
+
 _LATEST, _EARLIEST, _MAX_TIMESTAMP = -1, -2, -3
 #: Errors answered with the leader as this broker knows it, so a client retries there.
 _HINTED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
@@ -172,15 +186,6 @@ class ReplicaManagerConfig:
                                   flush_interval_ms=b.log_flush_interval_ms))
 
 
-@dataclass(slots=True)
-class _Pending:
-    """One acks=all partition of a produce request, waiting."""
-
-    response: pb.ProduceResponse.PartitionResponse
-    partition: Partition
-    waiter: asyncio.Future[AcksDone]
-
-
 class ReplicaManager:
     """The data plane of one broker (see the module doc)."""
 
@@ -223,6 +228,7 @@ class ReplicaManager:
         self._flush_generation = 0
         self._strays: set[PartitionKey] = set()
         self._topic_metrics: dict[str, TopicMetrics] = {}
+        self._hw_listeners: list[HighWatermarkListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
 
@@ -452,6 +458,14 @@ class ReplicaManager:
 
     def on_high_watermark(self, partition: Partition) -> None:
         self._consumer_waiters.wake(partition.key)
+        if self._hw_listeners:
+            tp, hw = TopicIdPartition(*partition.key), partition.log.high_watermark
+            for listener in tuple(self._hw_listeners):
+                try:
+                    listener(tp, hw)
+                except Exception:  # the partition's bookkeeping must go on
+                    log.exception("broker %d: a high-watermark listener of %s failed",
+                                  self.broker_id, partition.name)
 
     def flush(self) -> None:
         """fsync for a topic's flush.messages / flush.ms (leader and follower appends). A
@@ -474,90 +488,164 @@ class ReplicaManager:
     def flush_generation(self) -> int:
         return self._flush_generation
 
-    # --- Produce -------------------------------------------------------------------------------
+    # --- Produce ---------------------------------------------------------------------------------
 
     async def handle_produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         started = time.perf_counter()
         acks = request.acks
-        common: TidelogError | None = None
-        if acks not in _ACKS_VALID:
-            common = InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks}")
-        elif request.ByteSize() > self.config.produce_request_bytes_max:
+        common: TidelogError | None = acks_error(acks)
+        if common is None and request.ByteSize() > self.config.produce_request_bytes_max:
             common = RecordListTooLargeError(
                 f"produce request of {request.ByteSize()} bytes is above the limit of "
                 f"{self.config.produce_request_bytes_max}")
-        elif not self._metadata_caught_up():
-            # Until the active controller says this broker's metadata reached its registration,
-            # the image may be a prefix that still names this broker leader at an old epoch
-            # (a restart that streamed from a controller still replaying its journal). Writes
-            # taken then could be acknowledged (acks=0/1) and later truncated away.
-            common = NotLeaderOrFollowerError(
-                f"broker {self.broker_id} is catching up with the metadata log; retry")
+        if common is None:
+            common = self._metadata_refusal()
         response = pb.ProduceResponse()
-        pending: list[_Pending] = []
+        pending: list[tuple[pb.ProduceResponse.PartitionResponse, PendingAppend]] = []
         now_ms, monotonic_ms = _wall_ms(), _monotonic_ms()
         for topic in request.topics:
             answer = response.topics.add(name=topic.name)
             for data in topic.partitions:
                 result = answer.partitions.add(partition_id=data.partition_id, base_offset=-1,
                                                log_append_time_ms=-1, log_start_offset=-1)
-                topic_id, partition, error = self._lookup(None, topic.name, data.partition_id)
-                appended: AppendResult | None = None
-                if error is None and common is None:
-                    assert partition is not None
-                    try:
-                        appended = partition.append_as_leader(
-                            data.batch, acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms)
-                    except TidelogError as e:
-                        error = e
-                    except Exception as e:  # a bug: answer it, keep serving the rest
-                        log.exception("broker %d: produce to %s failed", self.broker_id,
-                                      partition.name)
-                        error = UnknownServerError(f"{type(e).__name__}: {e}")
+                topic_id, _, error = self._lookup(None, topic.name, data.partition_id)
                 error = error or common
-                if error is not None:
-                    self._set_error(result, error, topic_id, data.partition_id, "produce")
+                started_append: PendingAppend | None = None
+                if error is None and topic_id is not None:
+                    started_append = self.start_append(
+                        TopicIdPartition(topic_id, data.partition_id), data.batch, acks=acks,
+                        now_ms=now_ms, monotonic_ms=monotonic_ms)
+                    if not started_append.outcome.appended:
+                        error = started_append.outcome.error
+                if error is not None or started_append is None:
+                    self._set_error(result, error or UnknownServerError("no append"), topic_id,
+                                    data.partition_id, "produce")
                     continue
-                assert appended is not None and partition is not None
-                result.base_offset = appended.base_offset
-                result.log_append_time_ms = appended.log_append_time_ms
-                result.log_start_offset = appended.log_start_offset
-                if appended.error is not None:
+                outcome = started_append.outcome
+                result.base_offset = outcome.base_offset
+                result.log_append_time_ms = outcome.log_append_time_ms
+                result.log_start_offset = outcome.log_start_offset
+                if outcome.error is not None:
                     # It failed after the append (the flush): the batch is in the log and may
                     # be committed, so say so; the offsets stay, as they are known.
                     result.appended = True
-                    self._set_error(result, appended.error, topic_id, data.partition_id,
+                    self._set_error(result, outcome.error, topic_id, data.partition_id,
                                     "produce")
-                elif appended.waiter is not None:
-                    pending.append(_Pending(result, partition, appended.waiter))
+                elif started_append.waiter is not None:
+                    pending.append((result, started_append))
         if pending:
-            await self._await_acks(pending, request.timeout_ms)
+            outcomes = await self.await_acks([p for _, p in pending], request.timeout_ms)
+            for (result, waited), outcome in zip(pending, outcomes, strict=True):
+                if outcome.error is not None:
+                    result.base_offset = -1
+                    result.appended = True  # in the log; it may yet be committed
+                    self._set_error(result, outcome.error, waited.tp.topic_id,
+                                    waited.tp.partition_id, "produce")
         if self.metrics is not None:
             self.metrics.latency["produce"].observe(time.perf_counter() - started)
         return response
 
-    async def _await_acks(self, pending: list[_Pending], timeout_ms: int) -> None:
+    # --- the typed append (PartitionWriter) ----------------------------------------------------
+
+    def _metadata_refusal(self) -> TidelogError | None:
+        """Why no append is taken now, or None: until the active controller says this broker's
+        metadata reached its registration, the image may be a prefix that still names this
+        broker leader at an old epoch (a restart that streamed from a controller still
+        replaying its journal). Writes taken then could be acknowledged (acks=0/1) and later
+        truncated away."""
+        if self._metadata_caught_up():
+            return None
+        return NotLeaderOrFollowerError(
+            f"broker {self.broker_id} is catching up with the metadata log; retry")
+
+    async def append(self, tp: TopicIdPartition, batch: bytes, *, acks: int,
+                     timeout_ms: int) -> AppendOutcome:
+        """Append one record batch to ``tp`` as its leader; returns when ``acks`` are met
+        (acks=all: the HW passed the batch, or REQUEST_TIMED_OUT after ``timeout_ms``; 0 means
+        the default) or with the error. Never raises for a refused or failed append."""
+        pending = self.start_append(tp, batch, acks=acks, now_ms=_wall_ms(),
+                                    monotonic_ms=_monotonic_ms())
+        if pending.waiter is None:
+            return pending.outcome
+        return (await self.await_acks([pending], timeout_ms))[0]
+
+    def start_append(self, tp: TopicIdPartition, batch: bytes, *, acks: int, now_ms: int,
+                     monotonic_ms: int) -> PendingAppend:
+        """Append now, without awaiting anything (so the appends of one request, and of the
+        requests of one stream, keep their order); the acks=all wait is in the result, for
+        :meth:`await_acks`. ``now_ms`` is the wall clock (append time), ``monotonic_ms`` the
+        replication core's clock."""
+        error = acks_error(acks) or self._metadata_refusal()
+        if error is not None:
+            return PendingAppend(tp, AppendOutcome(error))
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return PendingAppend(tp, AppendOutcome(NotLeaderOrFollowerError(
+                f"broker {self.broker_id} does not host partition {tp}")))
+        try:
+            appended = partition.append_as_leader(batch, acks=acks, now_ms=now_ms,
+                                                  monotonic_ms=monotonic_ms)
+        except TidelogError as e:
+            return PendingAppend(tp, AppendOutcome(e), partition)
+        except Exception as e:  # a bug: answer it, keep serving the rest
+            log.exception("broker %d: produce to %s failed", self.broker_id, partition.name)
+            return PendingAppend(tp, AppendOutcome(UnknownServerError(f"{type(e).__name__}: {e}")),
+                                 partition)
+        outcome = AppendOutcome(appended.error, appended=True,
+                                base_offset=appended.base_offset,
+                                last_offset=appended.last_offset,
+                                log_append_time_ms=appended.log_append_time_ms,
+                                log_start_offset=appended.log_start_offset)
+        return PendingAppend(tp, outcome, partition, appended.waiter)
+
+    async def await_acks(self, pending: Sequence[PendingAppend],
+                         timeout_ms: int) -> list[AppendOutcome]:
+        """Wait, together and at most ``timeout_ms`` (0: PRODUCE_TIMEOUT_MS_DEFAULT; capped at
+        PRODUCE_TIMEOUT_MS_MAX), for the acks=all appends in ``pending``; their outcomes, in
+        order (an error after the append keeps ``appended`` and the offsets)."""
         if timeout_ms <= 0:
             timeout_ms = PRODUCE_TIMEOUT_MS_DEFAULT
         timeout_ms = min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX)
-        waiting = [p.waiter for p in pending if not p.waiter.done()]
+        waiting = [p.waiter for p in pending if p.waiter is not None and not p.waiter.done()]
         if waiting:
             await asyncio.wait(waiting, timeout=timeout_ms / 1000)
+        outcomes: list[AppendOutcome] = []
         for p in pending:
-            error: TidelogError | None
-            if p.waiter.done():
+            error: TidelogError | None = None
+            if p.waiter is not None and p.waiter.done():
                 error = p.waiter.result().error
-            else:
-                p.partition.forget_waiter(p.waiter)
+            elif p.waiter is not None:
+                if p.partition is not None:
+                    p.partition.forget_waiter(p.waiter)
                 p.waiter.cancel()
+                name = p.partition.name if p.partition is not None else str(p.tp)
                 error = RequestTimedOutError(
-                    f"{p.partition.name}: the high watermark did not reach offset "
-                    f"{p.response.base_offset} within {timeout_ms} ms (acks=all)")
-            if error is not None:
-                p.response.base_offset = -1
-                p.response.appended = True  # in the log; it may yet be committed
-                self._set_error(p.response, error, p.partition.topic_id,
-                                p.partition.partition_id, "produce")
+                    f"{name}: the high watermark did not reach offset "
+                    f"{p.outcome.base_offset} within {timeout_ms} ms (acks=all)")
+            outcomes.append(p.outcome if error is None else replace(p.outcome, error=error))
+        return outcomes
+
+    def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, *,
+             current_leader_epoch: int = -1) -> FetchDataInfo:
+        """Whole batches of ``tp`` from ``offset`` below the HW (read_uncommitted is not
+        offered: nothing inside the data plane wants records that may be truncated away);
+        raises NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, OFFSET_OUT_OF_RANGE..."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} does not host partition {tp}")
+        return partition.read_for_consumer(offset, current_leader_epoch, max_bytes)
+
+    def add_high_watermark_listener(self, listener: HighWatermarkListener
+                                    ) -> Callable[[], None]:
+        """Call ``listener(tp, hw)`` whenever the HW of a partition this broker leads moves
+        (Kafka's PartitionListener.onHighWatermarkUpdated); returns its remover."""
+        self._hw_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._hw_listeners.remove(listener)
+        return remove
 
     # --- Fetch (consumers) ---------------------------------------------------------------------
 
