@@ -1,7 +1,7 @@
-"""The broker's data plane: hosted partitions, produce, fetch, offsets, replication (Kafka's
+"""The broker's partition registry: hosted partitions, the typed append, replication (Kafka's
 ReplicaManager).
 
-:class:`ReplicaManager` is what ``BrokerRuntime.data_plane`` holds. It
+:class:`ReplicaManager` is what ``BrokerRuntime.replica_manager`` holds. It
 
 * owns the broker's :class:`~broker.storage.Storage` and one :class:`~broker.partition.Partition`
   per hosted replica, keyed by (topic id, partition);
@@ -11,16 +11,18 @@ ReplicaManager).
   deleted, reassigned), follows fenced / shutting-down brokers (KIP-841) and topic configs. It
   runs synchronously, so the listener's reported offset means "acted on". On-disk partitions the
   metadata never mentions once caught up (a topic deleted while this broker was down) are deleted;
-* answers BrokerService's Produce / Fetch / ListOffsets / InitProducerId / DescribeLogs and
-  ReplicaService.Fetch (``handle_<rpc>``, one per RPC), with per-partition errors and leader
-  hints from the image; nothing a client sends makes a handler raise;
+* serves the request handlers (:mod:`broker.handlers`, one module per API) through the narrow
+  ``HandlerRegistry`` interface: lookups with leader hints, the fetch waiters, and the typed
+  append (``append`` / ``start_append`` + ``await_acks``), ``read`` and high-watermark listeners
+  of :mod:`broker.partition_writer`, which the group coordinator will use too;
 * hands the core's ISR proposals to :mod:`broker.alter_partition` (batched AlterPartition
   requests to the active controller);
 * runs the timers (one task, one pace): ISR expiry, HW checkpoints, flush, retention, producer
   state saves and expiry, stray partitions, metrics gauges.
 
-Long-polls (Fetch ``max_wait_ms`` / ``min_bytes``) wait on :mod:`broker.delayed`; acks=all
-produces wait on their partition's waiters with ``timeout_ms`` (REQUEST_TIMED_OUT after it).
+Long-polls (Fetch ``max_wait_ms`` / ``min_bytes``, in :mod:`broker.handlers.fetch`) wait on
+this registry's :mod:`broker.delayed` waiters; acks=all appends wait on their partition's
+waiters with ``timeout_ms`` (REQUEST_TIMED_OUT after it).
 Everything runs on the event loop; storage calls are fast enough to make there (tens of µs).
 """
 
@@ -30,10 +32,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
 
 from broker.alter_partition import AlterPartitionManager
 from broker.delayed import FetchWaiters
@@ -60,14 +61,10 @@ from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
-    InvalidFetchSizeError,
-    InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageErrorError,
     NotLeaderOrFollowerError,
-    RecordListTooLargeError,
     RequestTimedOutError,
-    StaleBrokerEpochError,
     TidelogError,
     UnknownServerError,
     UnknownTopicIdError,
@@ -75,10 +72,7 @@ from tidelog.errors import (
 )
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
-from tidelog.record_batch import parse_batch
-from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import common_pb2
-from tidelog.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "PRODUCE_REQUEST_BYTES_MAX",
@@ -107,8 +101,6 @@ PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 GAUGES_INTERVAL_MS = 1_000
 #: The timer task's pace: every periodic job runs on one of these ticks.
 TICK_INTERVAL_MS = 100
-#: Re-evaluations of one long-poll fetch, at most (each follows a wake-up).
-FETCH_PASSES_MAX = 10_000
 
 check(
     PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX,
@@ -128,10 +120,6 @@ def acks_error(acks: int) -> TidelogError | None:
         return None
     return InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks}")
 
-_LATEST, _EARLIEST, _MAX_TIMESTAMP = -1, -2, -3
-#: Errors answered with the leader as this broker knows it, so a client retries there.
-_HINTED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
-                     ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.LEADER_NOT_AVAILABLE})
 
 
 def _wall_ms() -> int:
@@ -140,10 +128,6 @@ def _wall_ms() -> int:
 
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def _code(code: int) -> common_pb2.ErrorCode:
-    return cast(common_pb2.ErrorCode, code)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +281,30 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 
+    # --- what the request handlers ask (broker.handlers.common.HandlerRegistry) ----------------
+
+    @property
+    def produce_request_bytes_max(self) -> int:
+        return self.config.produce_request_bytes_max
+
+    @property
+    def follower_waiters(self) -> FetchWaiters:
+        """Follower fetches wait here for data (woken by appends, role changes, deletion)."""
+        return self._follower_waiters
+
+    @property
+    def consumer_waiters(self) -> FetchWaiters:
+        """Consumer fetches wait here for the HW (woken by its moves, role changes, deletion)."""
+        return self._consumer_waiters
+
+    def broker_epoch(self) -> int:
+        """This broker's registration epoch (-1 before it registered)."""
+        return self._broker_epoch()
+
+    def metadata_caught_up(self) -> bool:
+        """Whether the active controller says this broker's metadata reached its registration."""
+        return self._metadata_caught_up()
+
     # --- metadata ------------------------------------------------------------------------------
 
     def on_metadata_update(self, update: MetadataUpdate, image: MetadataImage) -> None:
@@ -401,7 +409,7 @@ class ReplicaManager:
         registration = self._image.cluster.broker(broker_id)
         return None if registration is None else (registration.host, registration.port)
 
-    def _leader_hint(self, topic_id: bytes, partition_id: int) -> common_pb2.LeaderHint:
+    def leader_hint(self, topic_id: bytes, partition_id: int) -> common_pb2.LeaderHint:
         registration = self._image.topics.partition(topic_id, partition_id)
         if registration is None:
             return common_pb2.LeaderHint(leader_id=-1, leader_epoch=-1)
@@ -420,7 +428,7 @@ class ReplicaManager:
             found = self._topic_metrics[topic] = self.metrics.topic(topic)
         return found
 
-    def _lookup(self, topic_id: bytes | None, name: str, partition_id: int
+    def lookup(self, topic_id: bytes | None, name: str, partition_id: int
                 ) -> tuple[bytes | None, Partition | None, TidelogError | None]:
         """(topic id, the hosted partition, or the error to answer with)."""
         topics = self._image.topics
@@ -438,15 +446,6 @@ class ReplicaManager:
             return topic.topic_id, None, NotLeaderOrFollowerError(
                 f"broker {self.broker_id} does not host {topic.name}-{partition_id}")
         return topic.topic_id, partition, None
-
-    def _set_error(self, target: Any, error: TidelogError, topic_id: bytes | None,
-                   partition_id: int, api: str) -> None:
-        target.error_code = _code(error.code)
-        target.error_message = error.message
-        if error.code in _HINTED and topic_id is not None:
-            target.current_leader.CopyFrom(self._leader_hint(topic_id, partition_id))
-        if self.metrics is not None:
-            self.metrics.request_errors.labels(api, error.code_name).inc()
 
     # --- PartitionContext ----------------------------------------------------------------------
 
@@ -488,66 +487,9 @@ class ReplicaManager:
     def flush_generation(self) -> int:
         return self._flush_generation
 
-    # --- Produce ---------------------------------------------------------------------------------
-
-    async def handle_produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
-        started = time.perf_counter()
-        acks = request.acks
-        common: TidelogError | None = acks_error(acks)
-        if common is None and request.ByteSize() > self.config.produce_request_bytes_max:
-            common = RecordListTooLargeError(
-                f"produce request of {request.ByteSize()} bytes is above the limit of "
-                f"{self.config.produce_request_bytes_max}")
-        if common is None:
-            common = self._metadata_refusal()
-        response = pb.ProduceResponse()
-        pending: list[tuple[pb.ProduceResponse.PartitionResponse, PendingAppend]] = []
-        now_ms, monotonic_ms = _wall_ms(), _monotonic_ms()
-        for topic in request.topics:
-            answer = response.topics.add(name=topic.name)
-            for data in topic.partitions:
-                result = answer.partitions.add(partition_id=data.partition_id, base_offset=-1,
-                                               log_append_time_ms=-1, log_start_offset=-1)
-                topic_id, _, error = self._lookup(None, topic.name, data.partition_id)
-                error = error or common
-                started_append: PendingAppend | None = None
-                if error is None and topic_id is not None:
-                    started_append = self.start_append(
-                        TopicIdPartition(topic_id, data.partition_id), data.batch, acks=acks,
-                        now_ms=now_ms, monotonic_ms=monotonic_ms)
-                    if not started_append.outcome.appended:
-                        error = started_append.outcome.error
-                if error is not None or started_append is None:
-                    self._set_error(result, error or UnknownServerError("no append"), topic_id,
-                                    data.partition_id, "produce")
-                    continue
-                outcome = started_append.outcome
-                result.base_offset = outcome.base_offset
-                result.log_append_time_ms = outcome.log_append_time_ms
-                result.log_start_offset = outcome.log_start_offset
-                if outcome.error is not None:
-                    # It failed after the append (the flush): the batch is in the log and may
-                    # be committed, so say so; the offsets stay, as they are known.
-                    result.appended = True
-                    self._set_error(result, outcome.error, topic_id, data.partition_id,
-                                    "produce")
-                elif started_append.waiter is not None:
-                    pending.append((result, started_append))
-        if pending:
-            outcomes = await self.await_acks([p for _, p in pending], request.timeout_ms)
-            for (result, waited), outcome in zip(pending, outcomes, strict=True):
-                if outcome.error is not None:
-                    result.base_offset = -1
-                    result.appended = True  # in the log; it may yet be committed
-                    self._set_error(result, outcome.error, waited.tp.topic_id,
-                                    waited.tp.partition_id, "produce")
-        if self.metrics is not None:
-            self.metrics.latency["produce"].observe(time.perf_counter() - started)
-        return response
-
     # --- the typed append (PartitionWriter) ----------------------------------------------------
 
-    def _metadata_refusal(self) -> TidelogError | None:
+    def metadata_refusal(self) -> TidelogError | None:
         """Why no append is taken now, or None: until the active controller says this broker's
         metadata reached its registration, the image may be a prefix that still names this
         broker leader at an old epoch (a restart that streamed from a controller still
@@ -575,7 +517,7 @@ class ReplicaManager:
         requests of one stream, keep their order); the acks=all wait is in the result, for
         :meth:`await_acks`. ``now_ms`` is the wall clock (append time), ``monotonic_ms`` the
         replication core's clock."""
-        error = acks_error(acks) or self._metadata_refusal()
+        error = acks_error(acks) or self.metadata_refusal()
         if error is not None:
             return PendingAppend(tp, AppendOutcome(error))
         partition = self._partitions.get(tp)
@@ -646,272 +588,6 @@ class ReplicaManager:
             with contextlib.suppress(ValueError):
                 self._hw_listeners.remove(listener)
         return remove
-
-    # --- Fetch (consumers) ---------------------------------------------------------------------
-
-    async def handle_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
-        """A consumer's long-poll: whole batches below the HW, leaders only."""
-        started = time.perf_counter()
-        response = await self._long_poll(request, follower=False)
-        if self.metrics is not None:
-            self.metrics.latency["fetch"].observe(time.perf_counter() - started)
-        return response
-
-    async def handle_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
-        """A follower's fetch (ReplicaService): records its LEO (HW, ISR), answers divergence,
-        and long-polls for new data."""
-        started = time.perf_counter()
-        error = self._replica_fetch_error(request)
-        if error is not None:
-            response = pb.FetchResponse(error_code=_code(error.code),
-                                        error_message=error.message)
-        else:
-            response = await self._long_poll(request, follower=True)
-        if self.metrics is not None:
-            self.metrics.latency["replica_fetch"].observe(time.perf_counter() - started)
-        return response
-
-    def _replica_fetch_error(self, request: pb.FetchRequest) -> TidelogError | None:
-        """Why this broker refuses a follower fetch as a whole, or None.
-
-        Until this broker has registered and the active controller says its metadata caught up,
-        it may still believe in a leadership it lost while it was down: it answers no follower
-        (NOT_LEADER_OR_FOLLOWER, retriable). A follower is known by its id and the *exact*
-        broker epoch of its registration in this broker's image (KIP-903): an older epoch is a
-        previous incarnation whose log may have lost data; a newer one is a registration this
-        image has not seen yet (the follower retries once it has); both STALE_BROKER_EPOCH."""
-        if request.replica_id < 0:
-            return InvalidRequestError("ReplicaService.Fetch needs the follower's replica_id")
-        if self._broker_epoch() < 0 or not self._metadata_caught_up():
-            return NotLeaderOrFollowerError(
-                f"broker {self.broker_id} has not registered and caught up with the metadata "
-                "yet; it leads nothing until then")
-        registration = self._image.cluster.broker(request.replica_id)
-        if registration is None:
-            return StaleBrokerEpochError(
-                f"broker {request.replica_id} is not registered in broker {self.broker_id}'s "
-                "metadata")
-        if request.replica_broker_epoch != registration.broker_epoch:
-            return StaleBrokerEpochError(
-                f"broker {request.replica_id} fetches with broker epoch "
-                f"{request.replica_broker_epoch}, not its registration's "
-                f"{registration.broker_epoch}")
-        return None
-
-    async def _long_poll(self, request: pb.FetchRequest, *, follower: bool) -> pb.FetchResponse:
-        max_bytes = request.max_bytes or limits.FETCH_BYTES_MAX_DEFAULT
-        if max_bytes < 0:
-            error = InvalidFetchSizeError(f"max_bytes must be > 0, got {request.max_bytes}")
-            return pb.FetchResponse(error_code=_code(error.code), error_message=error.message)
-        max_wait_ms = min(max(request.max_wait_ms, 0), limits.FETCH_WAIT_MS_MAX)
-        deadline = time.monotonic() + max_wait_ms / 1000
-        targets = self._fetch_targets(request)
-        keys = [t[3].key for t in targets if t[3] is not None]
-        waiters = self._follower_waiters if follower else self._consumer_waiters
-        response = pb.FetchResponse()
-        for _ in range(FETCH_PASSES_MAX):
-            response = pb.FetchResponse()
-            total, errors = self._fetch_pass(request, targets, response, max_bytes,
-                                             follower=follower)
-            remaining_s = deadline - time.monotonic()
-            if total >= request.min_bytes or errors or remaining_s <= 0 or not keys:
-                break
-            if not await waiters.wait(keys, remaining_s) and time.monotonic() < deadline:
-                break  # too many waiting fetches: answer what there is
-        return response
-
-    def _fetch_targets(self, request: pb.FetchRequest
-                       ) -> list[tuple[str, bytes | None, pb.FetchRequest.PartitionData,
-                                       Partition | None, TidelogError | None]]:
-        targets = []
-        for topic in request.topics:
-            for data in topic.partitions:
-                topic_id, partition, error = self._lookup(topic.topic_id or None, topic.name,
-                                                          data.partition_id)
-                name = topic.name
-                if partition is not None:
-                    name = partition.topic_name
-                targets.append((name, topic_id, data, partition, error))
-        return targets
-
-    def _fetch_pass(self, request: pb.FetchRequest, targets: Iterable[tuple[
-            str, bytes | None, pb.FetchRequest.PartitionData, Partition | None,
-            TidelogError | None]], response: pb.FetchResponse, max_bytes: int, *,
-            follower: bool) -> tuple[int, bool]:
-        """Read every partition once into ``response``; (bytes read, whether any errored)."""
-        total = 0
-        errors = False
-        monotonic_ms = _monotonic_ms()
-        topic_answers: dict[tuple[str, bytes | None], pb.FetchResponse.TopicData] = {}
-        api = "replica_fetch" if follower else "fetch"
-        for name, topic_id, data, partition, error in targets:
-            topic_answer = topic_answers.get((name, topic_id))
-            if topic_answer is None:
-                topic_answer = topic_answers[(name, topic_id)] = response.topics.add(
-                    name=name, topic_id=topic_id or b"")
-            answer = topic_answer.partitions.add(partition_id=data.partition_id,
-                                                 high_watermark=-1, last_stable_offset=-1,
-                                                 log_start_offset=-1, log_end_offset=-1)
-            if error is None:
-                assert partition is not None
-                limit = data.partition_max_bytes or limits.PARTITION_FETCH_BYTES_MAX_DEFAULT
-                if data.partition_max_bytes < 0:
-                    error = InvalidFetchSizeError(
-                        f"partition_max_bytes must be > 0, got {data.partition_max_bytes}")
-                else:
-                    # The first batch of the response comes whole (progress); later partitions
-                    # only what fits in what is left.
-                    budget = min(limit, max_bytes - total)
-                    try:
-                        read = (self._read_for_follower(request, partition, data,
-                                                        answer, budget, monotonic_ms)
-                                if follower else
-                                self._read_for_consumer(partition, data, answer, budget,
-                                                        first=total == 0))
-                        total += read
-                    except TidelogError as e:
-                        error = e
-                    except Exception as e:  # a bug: answer it, keep serving the rest
-                        log.exception("broker %d: fetch of %s failed", self.broker_id,
-                                      partition.name)
-                        error = UnknownServerError(f"{type(e).__name__}: {e}")
-            if error is not None:
-                errors = True
-                self._set_error(answer, error, topic_id, data.partition_id, api)
-        return total, errors
-
-    def _read_for_consumer(self, partition: Partition, data: pb.FetchRequest.PartitionData,
-                           answer: pb.FetchResponse.PartitionData, budget: int, *,
-                           first: bool) -> int:
-        read = partition.read_for_consumer(data.fetch_offset, data.current_leader_epoch,
-                                           max(budget, 1))
-        batches = read.batches
-        size = sum(len(b) for b in batches)
-        if batches and not first and size > budget:
-            batches, size = [], 0  # does not fit behind earlier partitions (Kafka: KIP-74)
-        answer.high_watermark = answer.last_stable_offset = read.high_watermark
-        answer.log_start_offset = read.log_start_offset
-        answer.log_end_offset = read.log_end_offset
-        if batches:
-            answer.batches.extend(batches)
-            topic_metrics = partition.metrics
-            if topic_metrics is not None:
-                topic_metrics.bytes_out.inc(size)
-                topic_metrics.messages_out.inc(sum(parse_batch(b).record_count for b in batches))
-        return size
-
-    def _read_for_follower(self, request: pb.FetchRequest, partition: Partition,
-                           data: pb.FetchRequest.PartitionData,
-                           answer: pb.FetchResponse.PartitionData, budget: int,
-                           monotonic_ms: int) -> int:
-        decision, batches = partition.serve_follower_fetch(
-            request.replica_id, data, max_bytes=max(budget, 0), monotonic_ms=monotonic_ms,
-            broker_epoch=request.replica_broker_epoch)
-        answer.high_watermark = answer.last_stable_offset = decision.high_watermark
-        answer.log_start_offset = decision.log_start_offset
-        answer.log_end_offset = decision.log_end_offset
-        if decision.diverging_epoch is not None:
-            answer.diverging_epoch.epoch = decision.diverging_epoch.epoch
-            answer.diverging_epoch.end_offset = decision.diverging_epoch.end_offset
-        if decision.error is not None:
-            raise decision.error
-        answer.batches.extend(batches)
-        return sum(len(b) for b in batches)
-
-    # --- ListOffsets, DescribeLogs, InitProducerId -------------------------------------------
-
-    async def handle_list_offsets(self, request: pb.ListOffsetsRequest
-                                  ) -> pb.ListOffsetsResponse:
-        started = time.perf_counter()
-        response = pb.ListOffsetsResponse()
-        for topic in request.topics:
-            answer = response.topics.add(name=topic.name)
-            for data in topic.partitions:
-                result = answer.partitions.add(partition_id=data.partition_id, timestamp=-1,
-                                               offset=-1, leader_epoch=-1)
-                topic_id, partition, error = self._lookup(None, topic.name, data.partition_id)
-                if error is None:
-                    assert partition is not None
-                    try:
-                        self._list_offset(partition, data, result)
-                    except TidelogError as e:
-                        error = e
-                if error is not None:
-                    self._set_error(result, error, topic_id, data.partition_id, "list_offsets")
-        if self.metrics is not None:
-            self.metrics.latency["list_offsets"].observe(time.perf_counter() - started)
-        return response
-
-    def _list_offset(self, partition: Partition, data: pb.ListOffsetsRequest.PartitionData,
-                     result: pb.ListOffsetsResponse.PartitionData) -> None:
-        error = partition.state.check_leader_epoch(data.current_leader_epoch)
-        if error is not None:
-            raise error
-        plog = partition.log
-        hw = plog.high_watermark
-        timestamp = data.timestamp
-        if timestamp == _LATEST:
-            result.offset, result.leader_epoch = hw, _epoch_at(plog.epoch_entries, hw - 1)
-        elif timestamp == _EARLIEST:
-            start = plog.log_start_offset
-            result.offset, result.leader_epoch = start, _epoch_at(plog.epoch_entries, start)
-        elif timestamp == _MAX_TIMESTAMP:
-            # KIP-734: the record with the largest timestamp (below the HW).
-            segments = plog.segments
-            if segments:
-                largest = max(s.max_timestamp_ms for s in segments)
-                found = plog.offset_for_timestamp(largest, max_offset=hw)
-                if found is not None:
-                    result.offset, result.timestamp = found.offset, found.timestamp_ms
-                    result.leader_epoch = found.leader_epoch
-        elif timestamp >= 0:
-            found = plog.offset_for_timestamp(timestamp, max_offset=hw)
-            if found is not None:
-                result.offset, result.timestamp = found.offset, found.timestamp_ms
-                result.leader_epoch = found.leader_epoch
-        else:
-            raise InvalidRequestError(
-                f"timestamp {timestamp}: use -1 (latest), -2 (earliest), -3 (max timestamp) "
-                "or a time in ms")
-
-    async def handle_describe_logs(self, request: pb.DescribeLogsRequest
-                                   ) -> pb.DescribeLogsResponse:
-        started = time.perf_counter()
-        response = pb.DescribeLogsResponse(broker_id=self.broker_id)
-        wanted: dict[str, set[int]] | None = None
-        if request.topics:
-            wanted = {t.name: set(t.partitions) for t in request.topics}
-        for partition in sorted(self._partitions.values(),
-                                key=lambda p: (p.topic_name, p.partition_id)):
-            if wanted is not None:
-                ids = wanted.get(partition.topic_name)
-                if ids is None or (ids and partition.partition_id not in ids):
-                    continue
-            state, plog = partition.state, partition.log
-            response.partitions.add(
-                topic=partition.topic_name, partition_id=partition.partition_id,
-                is_leader=state.is_leader, leader_epoch=state.leader_epoch,
-                log_start_offset=plog.log_start_offset, log_end_offset=plog.log_end_offset,
-                high_watermark=plog.high_watermark, size_bytes=plog.size_bytes)
-        for name, ids in (wanted or {}).items():
-            topic = self._image.topics.get(name)
-            missing = [i for i in ids if topic is None or i not in topic.partitions]
-            if topic is None and not ids:
-                missing = [-1]
-            for partition_id in sorted(missing):
-                response.partitions.add(topic=name, partition_id=partition_id,
-                                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if self.metrics is not None:
-            self.metrics.latency["describe_logs"].observe(time.perf_counter() - started)
-        return response
-
-    async def handle_init_producer_id(self, request: pb.InitProducerIdRequest
-                                      ) -> pb.InitProducerIdResponse:
-        started = time.perf_counter()
-        response = await self.producer_ids.handle_init_producer_id(request)
-        if self.metrics is not None:
-            self.metrics.latency["init_producer_id"].observe(time.perf_counter() - started)
-        return response
 
     # --- timers --------------------------------------------------------------------------------
 
@@ -1018,12 +694,3 @@ class ReplicaManager:
         metrics.delayed_fetches.labels("consumer").set(len(self._consumer_waiters))
         metrics.set_follower_lags(lags, hw_lags)
 
-
-def _epoch_at(entries: list[tuple[int, int]], offset: int) -> int:
-    """The leader epoch whose range holds ``offset`` (-1 when none)."""
-    epoch = -1
-    for entry_epoch, start in entries:
-        if start > offset:
-            break
-        epoch = entry_epoch
-    return epoch

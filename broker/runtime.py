@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from broker.controller_client import ControllerClient
+from broker.handlers import DataPlaneHandlers
 from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_listener import MetadataListener
 from broker.metrics import BrokerMetrics
@@ -43,7 +43,7 @@ REGISTRATION_TIMEOUT_MS = 60_000
 class BrokerRuntime:
     """One broker node's components and their start/stop order."""
 
-    def __init__(self, config: NodeConfig, *, cluster_id: str, registry: Any) -> None:
+    def __init__(self, config: NodeConfig, *, cluster_id: str, registry: object) -> None:
         b = config.broker
         self.config = config
         self.broker_id = config.node_id
@@ -65,12 +65,14 @@ class BrokerRuntime:
             inter_broker_port=b.inter_broker_port)
         self.data_dir = Path(config.data_dir)
         metrics = BrokerMetrics(registry) if isinstance(registry, CollectorRegistry) else None
-        #: The replica manager: storage, partitions, produce/fetch, replication, timers.
-        self.data_plane: Any = ReplicaManager(
+        #: The replica manager: storage, partitions, the typed append, replication, timers.
+        self.replica_manager = ReplicaManager(
             broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
             controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
             config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
             metadata_caught_up=self._metadata_confirmed, peer_metadata=peer)
+        #: The data plane's request handlers (broker.handlers), what the servicers call.
+        self.data_plane = DataPlaneHandlers(self.replica_manager)
 
     def _metadata_confirmed(self) -> bool:
         # The data plane deletes stray logs and takes produce only once this holds. Deleting a
@@ -89,9 +91,8 @@ class BrokerRuntime:
         self.stopping.set()
 
     async def start(self) -> None:
-        if self.data_plane is not None:
-            await self.data_plane.start()
-            await self.listener.subscribe(self.data_plane)
+        await self.replica_manager.start()
+        await self.listener.subscribe(self.replica_manager)
         await self.listener.start()
         await self.lifecycle.start(registration_timeout_ms=REGISTRATION_TIMEOUT_MS)
         log.info("broker %d registered with epoch %d", self.broker_id,
@@ -105,8 +106,7 @@ class BrokerRuntime:
                      "complete" if moved else "timed out; stopping anyway")
         await self.lifecycle.stop()
         await self.listener.stop()
-        if self.data_plane is not None:
-            await self.data_plane.stop()
+        await self.replica_manager.stop()
         await self.client.close()
 
     def readiness(self) -> str | None:

@@ -2,8 +2,9 @@
 
 Metadata and DescribeCluster are answered from this broker's metadata image; admin writes are
 forwarded to the active controller (through the ControllerClient, which follows NOT_CONTROLLER
-and never lets a controller's hint reach the client); produce, fetch and offsets are the data
-plane's (``runtime.data_plane``). No handler lets an exception escape as a gRPC error for a
+and never lets a controller's hint reach the client); produce, fetch, offsets, logs and producer
+ids go to the data plane's handlers (``runtime.data_plane``: broker.handlers, one module per
+API). No handler lets an exception escape as a gRPC error for a
 client's mistake: those are error codes in the response.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from broker.handlers import DataPlaneHandlers
 from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits
@@ -123,16 +125,9 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def DescribeQuorum(self, request: cpb.DescribeQuorumRequest, context: Any) -> Any:
         return await self._forward("DescribeQuorum", request)
 
-    # --- data plane ------------------------------------------------------------------------------
-    async def _data(self, name: str, request: Any, context: Any) -> Any:
-        plane = self.rt.data_plane
-        if plane is None:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                                f"{name} is not served by this broker build")
-        return await getattr(plane, f"handle_{name}")(request)
-
-    async def Produce(self, request: pb.ProduceRequest, context: Any) -> Any:
-        return await self._data("produce", request, context)
+    # --- data plane: broker.handlers, through runtime.data_plane ------------------------------
+    async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        return await self.rt.data_plane.handle_produce(request)
 
     async def ProduceStream(self, requests: AsyncIterator[pb.ProduceRequest],
                             context: Any) -> AsyncIterator[pb.ProduceResponse]:
@@ -144,9 +139,6 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         past PRODUCE_STREAM_IN_FLIGHT_MAX unanswered requests or STREAM_HELD_BYTES_MAX of
         requests and unsent answers, the broker stops reading it and gRPC pushes back."""
         plane = self.rt.data_plane
-        if plane is None:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                                "produce is not served by this broker build")
 
         async def answer(request: pb.ProduceRequest) -> pb.ProduceResponse:
             try:
@@ -163,8 +155,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             async for response in answers:
                 yield response
 
-    async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
-        return await self._data("fetch", request, context)
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+        return await self.rt.data_plane.handle_fetch(request)
 
     async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
                           context: Any) -> AsyncIterator[pb.FetchResponse]:
@@ -172,9 +164,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         handler as the unary call; at most FETCH_STREAM_IN_FLIGHT_MAX requests read and not
         answered (broker.stream_limits), so a client that never reads is pushed back."""
 
+        plane = self.rt.data_plane
+
         async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
-            response: pb.FetchResponse = await self._data("fetch", request, context)
-            return response
+            return await plane.handle_fetch(request)
 
         # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
         async with aclosing(serve_bounded(requests, answer, FETCH_STREAM_LIMITS,
@@ -182,14 +175,17 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             async for response in answers:
                 yield response
 
-    async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> Any:
-        return await self._data("list_offsets", request, context)
+    async def ListOffsets(self, request: pb.ListOffsetsRequest,
+                          context: Any) -> pb.ListOffsetsResponse:
+        return await self.rt.data_plane.handle_list_offsets(request)
 
-    async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Any) -> Any:
-        return await self._data("init_producer_id", request, context)
+    async def InitProducerId(self, request: pb.InitProducerIdRequest,
+                             context: Any) -> pb.InitProducerIdResponse:
+        return await self.rt.data_plane.handle_init_producer_id(request)
 
-    async def DescribeLogs(self, request: pb.DescribeLogsRequest, context: Any) -> Any:
-        return await self._data("describe_logs", request, context)
+    async def DescribeLogs(self, request: pb.DescribeLogsRequest,
+                           context: Any) -> pb.DescribeLogsResponse:
+        return await self.rt.data_plane.handle_describe_logs(request)
 
 
 class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
@@ -202,18 +198,15 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
     def __init__(self, runtime: BrokerRuntime) -> None:
         self.rt = runtime
 
-    async def _check(self, request: pb.FetchRequest, context: Any) -> Any:
-        plane = self.rt.data_plane
-        if plane is None:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "replication is not served here")
+    async def _check(self, request: pb.FetchRequest, context: Any) -> DataPlaneHandlers:
         peer = authenticated_broker_id(context)
         if peer is not None and peer != request.replica_id:
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"broker {peer}'s credential cannot fetch as replica {request.replica_id}")
-        return plane
+        return self.rt.data_plane
 
-    async def Fetch(self, request: pb.FetchRequest, context: Any) -> Any:
+    async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
         plane = await self._check(request, context)
         return await plane.handle_replica_fetch(request)
 

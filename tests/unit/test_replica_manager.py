@@ -1,7 +1,7 @@
 """The broker data plane in-process: several ReplicaManagers replicating through each other.
 
-What it checks, end to end through the real shell (broker/replica_manager.py, partition.py,
-fetcher.py, delayed.py, producer_ids.py) on real RocksDB storage: produce with acks=0/1/all
+What it checks, end to end through the real shell (broker/replica_manager.py, handlers/,
+alter_partition.py, partition.py, fetcher.py, delayed.py, producer_ids.py) on real RocksDB storage: produce with acks=0/1/all
 (min.insync.replicas at append, REQUEST_TIMED_OUT), followers fetching with their LEO and last
 epoch, the HW and acks=all completing when followers catch up, byte-identical logs on every
 replica, leader failover without losing acknowledged records, a diverged follower truncating to
@@ -30,6 +30,12 @@ import pytest
 from controller_testkit import TestCluster, create_topic
 from prometheus_client import CollectorRegistry
 
+from broker.handlers import (
+    handle_fetch,
+    handle_list_offsets,
+    handle_produce,
+    handle_replica_fetch,
+)
 from broker.metadata_listener import MetadataUpdate
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -91,7 +97,7 @@ class _Transport:
             await asyncio.sleep(0.01)
             raise NetworkError(f"broker {leader_id} unreachable from {self.source}")
         wire = pb.FetchRequest.FromString(request.SerializeToString())
-        answer = await asyncio.wait_for(leader.handle_replica_fetch(wire), timeout_s)
+        answer = await asyncio.wait_for(handle_replica_fetch(leader, wire), timeout_s)
         if {self.source, leader_id} & network.cut:
             raise NetworkError("cut while the fetch was in flight")
         return pb.FetchResponse.FromString(answer.SerializeToString())
@@ -218,7 +224,7 @@ class Cluster:
         request = pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
         request.topics.add(name=topic).partitions.add(partition_id=partition, batch=data)
         target = self.managers[broker if broker is not None else self.leader_of(topic, partition)]
-        response = await target.handle_produce(request)
+        response = await handle_produce(target, request)
         return response.topics[0].partitions[0]
 
     async def fetch(self, topic: str, offset: int, *, partition: int = 0,
@@ -231,7 +237,7 @@ class Cluster:
             partition_id=partition, fetch_offset=offset, current_leader_epoch=leader_epoch,
             partition_max_bytes=partition_max_bytes)
         target = self.managers[broker if broker is not None else self.leader_of(topic, partition)]
-        response = await target.handle_fetch(request)
+        response = await handle_fetch(target, request)
         return response.topics[0].partitions[0]
 
     def log_batches(self, broker_id: int, topic: str, partition: int = 0) -> list[bytes]:
@@ -374,7 +380,7 @@ def test_many_partitions_in_one_request_answer_each(base: Path) -> None:
         topic = request.topics.add(name="t")
         for partition in (0, 1, 2):
             topic.partitions.add(partition_id=partition, batch=batch(b"p%d" % partition))
-        response = await c.managers[1].handle_produce(request)
+        response = await handle_produce(c.managers[1], request)
         codes = [p.error_code for p in response.topics[0].partitions]
         assert codes == [ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NONE]
         assert response.topics[0].partitions[1].current_leader.leader_id == 2
@@ -486,7 +492,7 @@ def test_fetch_sizes_per_partition_and_per_request(base: Path) -> None:
         for partition in (0, 1):
             topic.partitions.add(partition_id=partition, fetch_offset=0,
                                  partition_max_bytes=1 << 20)
-        response = await c.managers[1].handle_fetch(request)
+        response = await handle_fetch(c.managers[1], request)
         counts = [len(p.batches) for p in response.topics[0].partitions]
         assert counts == [2, 0], "the second partition gets only what is left of max_bytes"
     scenario(base, body)
@@ -504,7 +510,7 @@ def test_list_offsets(base: Path) -> None:
             request = pb.ListOffsetsRequest()
             request.topics.add(name="t").partitions.add(partition_id=0, timestamp=timestamp,
                                                         current_leader_epoch=epoch)
-            return (await c.managers[1].handle_list_offsets(request)).topics[0].partitions[0]
+            return (await handle_list_offsets(c.managers[1], request)).topics[0].partitions[0]
 
         assert (await list_offset(-2)).offset == 0
         assert (await list_offset(-1)).offset == 3

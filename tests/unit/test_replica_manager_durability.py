@@ -27,6 +27,7 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, batch, scenario, values
 
+from broker.handlers import handle_init_producer_id
 from broker.replication import BatchHeader, ProducerStateTable
 from broker.replication.producer_state import SEQUENCE_MAX
 from broker.storage import Storage
@@ -37,7 +38,7 @@ from tidelog.v1.common_pb2 import ErrorCode
 
 async def init_producer(c: Cluster, broker: int, producer_id: int = -1,
                         producer_epoch: int = -1) -> tuple[int, int]:
-    answer = await c.managers[broker].handle_init_producer_id(
+    answer = await handle_init_producer_id(c.managers[broker],
         pb.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch))
     assert answer.error_code == ErrorCode.NONE, answer
     return answer.producer_id, answer.producer_epoch

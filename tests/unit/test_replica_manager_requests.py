@@ -24,6 +24,14 @@ from typing import Any
 from test_replica_manager import Cluster, batch, scenario, until, values
 
 from broker.delayed import FetchWaiters
+from broker.handlers import (
+    handle_describe_logs,
+    handle_fetch,
+    handle_init_producer_id,
+    handle_list_offsets,
+    handle_produce,
+    handle_replica_fetch,
+)
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManagerConfig
 from broker.replication import ProducerStateTable
@@ -38,7 +46,7 @@ from tidelog.v1.common_pb2 import ErrorCode, TimestampType
 
 async def init_producer(c: Cluster, broker: int, producer_id: int = -1,
                         producer_epoch: int = -1) -> tuple[int, int]:
-    answer = await c.managers[broker].handle_init_producer_id(
+    answer = await handle_init_producer_id(c.managers[broker],
         pb.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch))
     assert answer.error_code == ErrorCode.NONE, answer
     return answer.producer_id, answer.producer_epoch
@@ -56,7 +64,7 @@ def test_init_producer_id_hands_out_ids_from_controller_blocks(tmp_path: Path) -
         assert await init_producer(c, 1, first[0], 0) == (first[0], 1), "epoch bump"
         bumped = await init_producer(c, 1, first[0], 32767)
         assert bumped[0] != first[0] and bumped[1] == 0, "a new id once the epoch is exhausted"
-        refused = await c.managers[1].handle_init_producer_id(
+        refused = await handle_init_producer_id(c.managers[1],
             pb.InitProducerIdRequest(transactional_id="tx", producer_id=-1))
         assert refused.error_code == ErrorCode.INVALID_REQUEST
     scenario(tmp_path, body)
@@ -187,7 +195,7 @@ def test_oversize_request_is_record_list_too_large(tmp_path: Path) -> None:
         topic = request.topics.add(name="t")
         for _ in range(3):
             topic.partitions.add(partition_id=0, batch=batch(b"z" * 4_000))
-        response = await c.managers[1].handle_produce(request)
+        response = await handle_produce(c.managers[1], request)
         assert [p.error_code for p in response.topics[0].partitions] == \
             [ErrorCode.RECORD_LIST_TOO_LARGE] * 3
         assert c.leo(1, "t") == 0
@@ -212,7 +220,7 @@ def test_bad_fetch_input_is_answered_per_partition(tmp_path: Path) -> None:
             ErrorCode.INVALID_FETCH_SIZE
         assert (await c.fetch("nope", 0, broker=1)).error_code == \
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        negative = await c.managers[1].handle_fetch(pb.FetchRequest(max_bytes=-1))
+        negative = await handle_fetch(c.managers[1], pb.FetchRequest(max_bytes=-1))
         assert negative.error_code == ErrorCode.INVALID_FETCH_SIZE
         got = await c.fetch("t", 0)
         assert values(list(got.batches)) == [b"a", b"b"], "still serving"
@@ -234,7 +242,7 @@ def test_fenced_leader_epoch_after_a_leader_change(tmp_path: Path) -> None:
         request = pb.ListOffsetsRequest()
         request.topics.add(name="t").partitions.add(partition_id=0, timestamp=-1,
                                                     current_leader_epoch=0)
-        listed = await c.managers[leader].handle_list_offsets(request)
+        listed = await handle_list_offsets(c.managers[leader], request)
         assert listed.topics[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
     scenario(tmp_path, body)
 
@@ -246,9 +254,9 @@ def test_replica_fetch_from_an_old_incarnation_is_stale_broker_epoch(tmp_path: P
         request = pb.FetchRequest(replica_id=2, replica_broker_epoch=0)
         request.topics.add(topic_id=c.controller.topic_id("t")).partitions.add(
             partition_id=0, fetch_offset=0)
-        answer = await c.managers[1].handle_replica_fetch(request)
+        answer = await handle_replica_fetch(c.managers[1], request)
         assert answer.error_code == ErrorCode.STALE_BROKER_EPOCH
-        nobody = await c.managers[1].handle_replica_fetch(pb.FetchRequest(replica_id=-1))
+        nobody = await handle_replica_fetch(c.managers[1], pb.FetchRequest(replica_id=-1))
         assert nobody.error_code == ErrorCode.INVALID_REQUEST
     scenario(tmp_path, body)
 
@@ -268,13 +276,13 @@ def test_replica_fetch_needs_the_exact_registered_broker_epoch(tmp_path: Path) -
         c.create_topic("t", [[1, 2]])
         epoch = c.controller.broker_epoch(2)
         for wrong in (epoch + 1, epoch - 1, 10**12):
-            answer = await c.managers[1].handle_replica_fetch(_replica_fetch(c, 2, wrong))
+            answer = await handle_replica_fetch(c.managers[1], _replica_fetch(c, 2, wrong))
             assert answer.error_code == ErrorCode.STALE_BROKER_EPOCH, (wrong, answer)
             assert f"broker epoch {wrong}, not its registration's {epoch}" \
                 in answer.error_message
-        unknown = await c.managers[1].handle_replica_fetch(_replica_fetch(c, 9, epoch))
+        unknown = await handle_replica_fetch(c.managers[1], _replica_fetch(c, 9, epoch))
         assert unknown.error_code == ErrorCode.STALE_BROKER_EPOCH
-        right = await c.managers[1].handle_replica_fetch(_replica_fetch(c, 2, epoch))
+        right = await handle_replica_fetch(c.managers[1], _replica_fetch(c, 2, epoch))
         assert right.error_code == ErrorCode.NONE
         assert right.topics[0].partitions[0].error_code == ErrorCode.NONE
     scenario(tmp_path, body)
@@ -288,11 +296,11 @@ def test_a_broker_answers_no_follower_before_its_metadata_caught_up(tmp_path: Pa
         c.create_topic("t", [[1, 2]])
         c.caught_up[1] = False
         request = _replica_fetch(c, 2, c.controller.broker_epoch(2))
-        answer = await c.managers[1].handle_replica_fetch(request)
+        answer = await handle_replica_fetch(c.managers[1], request)
         assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
         assert "caught up with the metadata" in answer.error_message
         c.caught_up[1] = True
-        answer = await c.managers[1].handle_replica_fetch(request)
+        answer = await handle_replica_fetch(c.managers[1], request)
         assert answer.error_code == ErrorCode.NONE, answer
     scenario(tmp_path, body)
 
@@ -353,14 +361,14 @@ def test_describe_logs(tmp_path: Path) -> None:
         await c.start_all()
         c.create_topic("t", [[1, 2], [2, 1]])
         await c.produce("t", batch(b"a", b"b"))
-        described = await c.managers[1].handle_describe_logs(pb.DescribeLogsRequest())
+        described = await handle_describe_logs(c.managers[1], pb.DescribeLogsRequest())
         rows = {(p.topic, p.partition_id): p for p in described.partitions}
         assert described.broker_id == 1 and set(rows) == {("t", 0), ("t", 1)}
         assert rows[("t", 0)].is_leader and rows[("t", 0)].log_end_offset == 2
         assert rows[("t", 0)].size_bytes > 0 and not rows[("t", 1)].is_leader
         request = pb.DescribeLogsRequest()
         request.topics.add(name="t", partitions=[1, 9])
-        some = await c.managers[1].handle_describe_logs(request)
+        some = await handle_describe_logs(c.managers[1], request)
         assert [(p.partition_id, p.error_code) for p in some.partitions] == [
             (1, ErrorCode.NONE), (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
     scenario(tmp_path, body)
@@ -439,7 +447,7 @@ def test_retention_job_deletes_old_data_on_leader_and_followers(tmp_path: Path) 
             c.managers[broker].run_job("retention")
         request = pb.ListOffsetsRequest()
         request.topics.add(name="t").partitions.add(partition_id=0, timestamp=-2)
-        earliest = await c.managers[1].handle_list_offsets(request)
+        earliest = await handle_list_offsets(c.managers[1], request)
         assert earliest.topics[0].partitions[0].offset == 3
         assert (await c.produce("t", batch(b"new"))).base_offset == 3
         got = await c.fetch("t", 3)

@@ -1,0 +1,90 @@
+"""BrokerService.Produce: validate the request, append each partition through the registry's
+typed append (all partitions first, in request order, then one acks=all wait for them all), and
+answer per partition.
+
+Request-level refusals answer every partition: INVALID_REQUIRED_ACKS (acks not -1/0/1),
+RECORD_LIST_TOO_LARGE (above ``produce.request.bytes.max``), NOT_LEADER_OR_FOLLOWER while this
+broker's metadata is not confirmed caught up; an unknown partition's own error comes first.
+A failure after the batch is in the log (the flush, the acks=all wait: KAFKA_STORAGE_ERROR,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is answered with ``appended=true``: the
+batch may yet be committed. Nothing a client sends makes it raise.
+"""
+
+from __future__ import annotations
+
+import time
+
+from broker.handlers.common import HandlerRegistry, set_error
+from broker.partition_writer import PendingAppend, TopicIdPartition
+from broker.replica_manager import acks_error
+from tidelog.errors import RecordListTooLargeError, TidelogError
+from tidelog.v1 import broker_pb2 as pb
+
+__all__ = ["handle_produce"]
+
+
+def _request_error(registry: HandlerRegistry, request: pb.ProduceRequest
+                   ) -> TidelogError | None:
+    """Why every partition of the request is refused, or None."""
+    error = acks_error(request.acks)
+    if error is None and request.ByteSize() > registry.produce_request_bytes_max:
+        error = RecordListTooLargeError(
+            f"produce request of {request.ByteSize()} bytes is above the limit of "
+            f"{registry.produce_request_bytes_max}")
+    return error or registry.metadata_refusal()
+
+
+async def handle_produce(registry: HandlerRegistry,
+                         request: pb.ProduceRequest) -> pb.ProduceResponse:
+    started = time.perf_counter()
+    common = _request_error(registry, request)
+    response = pb.ProduceResponse()
+    pending: list[tuple[pb.ProduceResponse.PartitionResponse, PendingAppend]] = []
+    now_ms, monotonic_ms = int(time.time() * 1000), int(time.monotonic() * 1000)
+    for topic in request.topics:
+        answer = response.topics.add(name=topic.name)
+        for data in topic.partitions:
+            result = answer.partitions.add(partition_id=data.partition_id, base_offset=-1,
+                                           log_append_time_ms=-1, log_start_offset=-1)
+            topic_id, _, error = registry.lookup(None, topic.name, data.partition_id)
+            error = error or common
+            appending: PendingAppend | None = None
+            if error is None and topic_id is not None:
+                appending = registry.start_append(
+                    TopicIdPartition(topic_id, data.partition_id), data.batch,
+                    acks=request.acks, now_ms=now_ms, monotonic_ms=monotonic_ms)
+                if not appending.outcome.appended:
+                    error = appending.outcome.error
+            if error is not None or appending is None:
+                if error is not None:
+                    set_error(registry, result, error, topic_id, data.partition_id, "produce")
+                continue
+            outcome = appending.outcome
+            result.base_offset = outcome.base_offset
+            result.log_append_time_ms = outcome.log_append_time_ms
+            result.log_start_offset = outcome.log_start_offset
+            if outcome.error is not None:
+                # It failed after the append (the flush): the batch is in the log and may be
+                # committed, so say so; the offsets stay, as they are known.
+                result.appended = True
+                set_error(registry, result, outcome.error, topic_id, data.partition_id,
+                          "produce")
+            elif appending.waiter is not None:
+                pending.append((result, appending))
+    if pending:
+        await _await_acks(registry, pending, request.timeout_ms)
+    if registry.metrics is not None:
+        registry.metrics.latency["produce"].observe(time.perf_counter() - started)
+    return response
+
+
+async def _await_acks(registry: HandlerRegistry,
+                      pending: list[tuple[pb.ProduceResponse.PartitionResponse, PendingAppend]],
+                      timeout_ms: int) -> None:
+    outcomes = await registry.await_acks([appending for _, appending in pending], timeout_ms)
+    for (result, appending), outcome in zip(pending, outcomes, strict=True):
+        if outcome.error is not None:
+            result.base_offset = -1
+            result.appended = True  # in the log; it may yet be committed
+            set_error(registry, result, outcome.error, appending.tp.topic_id,
+                      appending.tp.partition_id, "produce")
