@@ -1,13 +1,13 @@
 """The broker data plane in-process: several ReplicaManagers replicating through each other.
 
 What it checks, end to end through the real shell (broker/replica_manager.py, handlers/,
-alter_partition.py, partition.py, fetcher.py, delayed.py, producer_ids.py) on real RocksDB storage: produce with acks=0/1/all
-(min.insync.replicas at append, REQUEST_TIMED_OUT), followers fetching with their LEO and last
-epoch, the HW and acks=all completing when followers catch up, byte-identical logs on every
-replica, leader failover without losing acknowledged records, a diverged follower truncating to
-the new leader, ISR shrink and expand through AlterPartition, consumer long-polls woken by the
-HW, idempotent producers (InitProducerId, duplicates, gaps, fencing, state after a restart),
-topic deletion and stray logs, retention, and metrics.
+alter_partition.py, partition.py, fetcher.py, delayed.py, producer_ids.py) on real RocksDB storage:
+produce with acks=0/1/all (min.insync.replicas at append, REQUEST_TIMED_OUT), followers fetching
+with their LEO and last epoch, the HW and acks=all completing when followers catch up,
+byte-identical logs on every replica, leader failover without losing acknowledged records, a
+diverged follower truncating to the new leader, ISR shrink and expand through AlterPartition,
+consumer long-polls woken by the HW, idempotent producers (InitProducerId, duplicates, gaps,
+fencing, state after a restart), topic deletion and stray logs, retention, and metrics.
 
 How: ``Cluster`` below is the whole world in one event loop. The controller is the real pure
 ``ControllerLogic`` driven by tests/unit/controller_testkit.TestCluster (commits at once); every
