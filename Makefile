@@ -7,12 +7,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 PROTOS := $(wildcard proto/tidelog/v1/*.proto)
 # Strictly typed: the pure packages (no I/O, no clocks: what the simulations drive) and the
-# broker control plane.
+# broker control plane and data plane (partition registry, request handlers, AlterPartition).
 MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py \
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
 	controller/managers controller/placement.py controller/raft broker/storage \
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
-	tidelog/client
+	broker/replica_manager.py broker/partition.py broker/partition_writer.py broker/handlers \
+	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client
 
 .PHONY: run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume clean venv
 

@@ -50,6 +50,7 @@ from broker.partition import Partition, PartitionKey, log_config_of
 from broker.partition_writer import (
     AppendOutcome,
     HighWatermarkListener,
+    PartitionWriter,
     PendingAppend,
     TopicIdPartition,
 )
@@ -694,3 +695,8 @@ class ReplicaManager:
         metrics.delayed_fetches.labels("consumer").set(len(self._consumer_waiters))
         metrics.set_follower_lags(lags, hw_lags)
 
+
+
+def _as_partition_writer(manager: ReplicaManager) -> PartitionWriter:
+    """Never called: mypy checks here that the replica manager is a PartitionWriter."""
+    return manager
