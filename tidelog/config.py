@@ -97,7 +97,7 @@ class ControllerConfig:
         "Raft log compaction: snapshot after this many entries; 0 = off (the default). Off, the "
         "Raft log stays in memory and in the journal without bound and a restart replays all of "
         "it (fine at metadata rates; ~0.5 s per 100k entries). On runs pysyncobj's snapshot "
-        "path, unsafe unpatched: an opt-in only with controller/raft.py's patches "
+        "path, unsafe unpatched: an opt-in only with controller/raft/patches.py "
         "(docs/decisions.md, Raft adapter)",
         0,
     )

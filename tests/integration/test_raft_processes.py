@@ -6,7 +6,7 @@ machine and a small HTTP control channel. The tests
   committed write, restart the killed node from its journal and wait for it to catch up;
 - kill -9 all three (after a snapshot on one of them), restart them, and compare the applied
   state (count and SHA-256 of every batch, in order) on every node; every process reports the
-  pysyncobj patches' counters (it runs controller/raft.py's _PatchedSyncObj);
+  pysyncobj patches' counters (it runs controller/raft/patches.py's _PatchedSyncObj);
 - with log compaction opted in (every 20 entries), kill -9 the leader and then a follower under
   writes, and check that all three converge on the same state (snapshot installs included);
 - leave the leader alone and show that it cannot commit (it times out, then steps down), then

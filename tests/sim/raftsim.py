@@ -176,7 +176,7 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
 
 
 def adapter_patches() -> Any:
-    """controller/raft.py, where Tidelog's pysyncobj patches live. Imported on first use: the
+    """controller/raft/, where Tidelog's pysyncobj patches live. Imported on first use: the
     import checks that the installed pysyncobj is the one they were verified against."""
     from controller import raft
 
@@ -258,7 +258,7 @@ class SimConfig:
     net: NetConfig = field(default_factory=NetConfig)
     raft: tuple[tuple[str, Any], ...] = RAFT_DEFAULTS
     #: Run pysyncobj with Tidelog's patches (the adapter's own code, imported: adapter_patches):
-    #: "adapter" puts controller/raft.py's _PatchedSyncObj in place of SyncObj and its
+    #: "adapter" puts controller/raft/patches.py's _PatchedSyncObj in place of SyncObj and its
     #: transport's _RejectFloor on every reply a follower sends; "follower-only" is the same
     #: with the leader's reply handling left as pysyncobj's (its stale-success nextIndex
     #: regression makes resends frequent, so the follower's rule is shown to hold alone).

@@ -18,7 +18,7 @@ random suites, TIDELOG_SIM_SLOW_SEEDS=N in the slow sweeps.
 
 pysyncobj 0.3.17 has bugs this simulation found (raftsim.KNOWN_BUGS, README.md): each is shown
 by a strict xfail test with a pinned seed, on pysyncobj as installed. Tidelog runs pysyncobj with
-the patches in controller/raft.py (_PatchedSyncObj and its transport's _RejectFloor); the
+the patches in controller/raft/patches.py (_PatchedSyncObj and its transport's _RejectFloor); the
 "adapter patches" tests run that very code (SimConfig.patched) on the same pinned runs, where
 each must pass and reach the patched path it fixes, and on random fault schedules with and
 without log compaction, where nothing may fail and every node must converge.
