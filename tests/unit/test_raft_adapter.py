@@ -422,8 +422,9 @@ def test_lagging_follower_receives_the_leaders_snapshot(
     for message in recorded:
         assert raft._decode_message(real_encode(message)) == message
     kinds = {m["type"] for m in recorded}
-    assert {"append_entries", "next_node_idx", "request_vote", "response_vote",
-            "tidelog_keepalive"} <= kinds
+    # Keepalives go out only after peer_keepalive_s of silence, which a fast run may never
+    # have (test_raft_transport.py decodes them on their own).
+    assert {"append_entries", "next_node_idx", "request_vote", "response_vote"} <= kinds
     assert any(m.get("entries") for m in recorded)
     assert any(m.get("serialized") for m in recorded)
     assert all(q.transport_refusals() == 0 for q in quorums if q.status()["running"])
