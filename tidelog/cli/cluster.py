@@ -235,7 +235,7 @@ def _status_rows(c: LocalCluster) -> list[dict[str, Any]]:
         if spec.is_controller:
             ports.append(f"controller={spec.controller_port} raft={spec.raft_port}")
         if spec.is_broker:
-            ports.append(f"broker={spec.broker_port}")
+            ports.append(f"broker={spec.broker_port} inter-broker={spec.inter_broker_port}")
         rows.append({"name": spec.name, "node_id": spec.node_id, "pid": spec.pid if running
                      else None, "running": running, "ready": ready, "ports": " ".join(ports),
                      "metrics": spec.metrics_port})
