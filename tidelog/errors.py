@@ -288,6 +288,16 @@ class OffsetNotAvailableError(TidelogError):
     retriable = True
 
 
+class GroupMaxSizeReachedError(TidelogError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+    retriable = False
+
+
+class FencedInstanceIdError(TidelogError):
+    code = ErrorCode.FENCED_INSTANCE_ID
+    retriable = False
+
+
 class EligibleLeadersNotAvailableError(TidelogError):
     code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     retriable = True
@@ -363,6 +373,11 @@ class FencedMemberEpochError(TidelogError):
     retriable = False
 
 
+class UnreleasedInstanceIdError(TidelogError):
+    code = ErrorCode.UNRELEASED_INSTANCE_ID
+    retriable = False
+
+
 class UnsupportedAssignorError(TidelogError):
     code = ErrorCode.UNSUPPORTED_ASSIGNOR
     retriable = False
@@ -370,6 +385,11 @@ class UnsupportedAssignorError(TidelogError):
 
 class StaleMemberEpochError(TidelogError):
     code = ErrorCode.STALE_MEMBER_EPOCH
+    retriable = False
+
+
+class InvalidRegularExpressionError(TidelogError):
+    code = ErrorCode.INVALID_REGULAR_EXPRESSION
     retriable = False
 
 

@@ -68,6 +68,22 @@ PARTITIONS_PER_CREATE_REQUEST_MAX = 10_000
 #: partitions at replication factor 3 take ~0.45 MiB.
 METADATA_BATCH_BYTES_MAX = 1024 * 1024
 
+# --- consumer groups (broker/group) ----------------------------------------------------------
+#: Members of one consumer group (Kafka's group.consumer.max.size, which defaults to no bound);
+#: a join past it gets GROUP_MAX_SIZE_REACHED.
+GROUP_MEMBERS_MAX = 1_000
+#: Groups one coordinator shard (one __consumer_offsets partition) holds; a new group past it is
+#: refused (heartbeat GROUP_MAX_SIZE_REACHED, commit UNKNOWN_SERVER_ERROR naming the limit).
+GROUPS_PER_SHARD_MAX = 100_000
+#: Group ids, member ids, instance ids, racks, client ids and hosts, assignor names: characters.
+GROUP_TEXT_LENGTH_MAX = 255
+#: Topic names one member subscribes to.
+GROUP_SUBSCRIBED_TOPICS_MAX = 10_000
+#: Committed offset metadata, bytes of UTF-8 (Kafka's offset.metadata.max.bytes).
+OFFSET_METADATA_BYTES_MAX = 4096
+#: Committed offsets one group holds (one per topic partition).
+OFFSETS_PER_GROUP_MAX = 1_000_000
+
 # --- storage ---------------------------------------------------------------------------------
 #: Leader-epoch cache entries kept per partition (oldest dropped beyond it after truncation of
 #: the log start; Kafka keeps them all but they only grow with leader changes).
@@ -92,6 +108,10 @@ check(
 check(
     STREAM_HELD_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX,
     "a stream's held bytes must be below a gRPC message",
+)
+check(
+    GROUP_TEXT_LENGTH_MAX >= TOPIC_NAME_LENGTH_MAX and OFFSET_METADATA_BYTES_MAX < MESSAGE_BYTES_MAX,
+    "group limits out of order",
 )
 check(
     PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX,

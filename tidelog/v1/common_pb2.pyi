@@ -60,6 +60,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUPPORTED_COMPRESSION_TYPE: _ClassVar[ErrorCode]
     STALE_BROKER_EPOCH: _ClassVar[ErrorCode]
     OFFSET_NOT_AVAILABLE: _ClassVar[ErrorCode]
+    GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
+    FENCED_INSTANCE_ID: _ClassVar[ErrorCode]
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
     INVALID_RECORD: _ClassVar[ErrorCode]
@@ -75,8 +77,10 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INELIGIBLE_REPLICA: _ClassVar[ErrorCode]
     NEW_LEADER_ELECTED: _ClassVar[ErrorCode]
     FENCED_MEMBER_EPOCH: _ClassVar[ErrorCode]
+    UNRELEASED_INSTANCE_ID: _ClassVar[ErrorCode]
     UNSUPPORTED_ASSIGNOR: _ClassVar[ErrorCode]
     STALE_MEMBER_EPOCH: _ClassVar[ErrorCode]
+    INVALID_REGULAR_EXPRESSION: _ClassVar[ErrorCode]
 
 class CompressionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -145,6 +149,8 @@ UNKNOWN_LEADER_EPOCH: ErrorCode
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode
 STALE_BROKER_EPOCH: ErrorCode
 OFFSET_NOT_AVAILABLE: ErrorCode
+GROUP_MAX_SIZE_REACHED: ErrorCode
+FENCED_INSTANCE_ID: ErrorCode
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
 INVALID_RECORD: ErrorCode
@@ -160,8 +166,10 @@ INCONSISTENT_CLUSTER_ID: ErrorCode
 INELIGIBLE_REPLICA: ErrorCode
 NEW_LEADER_ELECTED: ErrorCode
 FENCED_MEMBER_EPOCH: ErrorCode
+UNRELEASED_INSTANCE_ID: ErrorCode
 UNSUPPORTED_ASSIGNOR: ErrorCode
 STALE_MEMBER_EPOCH: ErrorCode
+INVALID_REGULAR_EXPRESSION: ErrorCode
 COMPRESSION_NONE: CompressionType
 COMPRESSION_GZIP: CompressionType
 COMPRESSION_SNAPPY: CompressionType
