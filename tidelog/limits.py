@@ -88,6 +88,11 @@ OFFSETS_PER_GROUP_MAX = 1_000_000
 #: Leader-epoch cache entries kept per partition (oldest dropped beyond it after truncation of
 #: the log start; Kafka keeps them all but they only grow with leader changes).
 LEADER_EPOCH_ENTRIES_MAX = 10_000
+#: Dirty bytes (not yet cleaned) one log-cleaner pass reads into its offset map (Kafka bounds
+#: the same thing with log.cleaner.dedupe.buffer.size): the next pass takes the rest.
+CLEANER_PASS_DIRTY_BYTES_MAX = 16 * 1024 * 1024
+#: Bytes of old batches the cleaner replaces per RocksDB write batch (one atomic group).
+CLEANER_GROUP_BYTES_MAX = 1024 * 1024
 
 check(
     MESSAGE_BYTES_MAX <= MESSAGE_BYTES_MAX_CONFIGURABLE < GRPC_MESSAGE_BYTES_MAX,
@@ -112,6 +117,10 @@ check(
 check(
     GROUP_TEXT_LENGTH_MAX >= TOPIC_NAME_LENGTH_MAX and OFFSET_METADATA_BYTES_MAX < MESSAGE_BYTES_MAX,
     "group limits out of order",
+)
+check(
+    CLEANER_GROUP_BYTES_MAX <= CLEANER_PASS_DIRTY_BYTES_MAX,
+    "a cleaner write group must fit a pass",
 )
 check(
     PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX,

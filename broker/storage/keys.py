@@ -7,6 +7,7 @@ column family and a whole partition, or a run of its batches, goes with one ``de
 * ``partition_state``: topic_id | partition | b"M"                      -> :data:`META`
                        topic_id | partition | b"E"                      -> leader-epoch cache
                        topic_id | partition | b"S" | base_offset (u64)  -> :data:`SEGMENT`
+                       topic_id | partition | b"C"    -> :data:`CLEANER_CHECKPOINT`
 * ``producer_state``:  topic_id | partition                             -> opaque bytes
 
 Values are fixed ``struct`` layouts, not JSON: the segment entry is rewritten by every append.
@@ -18,6 +19,7 @@ import struct
 from typing import NamedTuple
 
 __all__ = [
+    "CLEANER_CHECKPOINT",
     "META",
     "PREFIX_BYTES",
     "SEGMENT",
@@ -38,7 +40,10 @@ _OFFSET = struct.Struct(">Q")
 META = struct.Struct(">qq")
 #: One segment: next offset (exclusive end), bytes, max timestamp, time of its first append.
 SEGMENT = struct.Struct(">qqqq")
+#: The log cleaner's checkpoint: the offset below which its last pass left the log clean.
+CLEANER_CHECKPOINT = struct.Struct(">q")
 
+KIND_CLEANER = b"C"
 KIND_EPOCHS = b"E"
 KIND_META = b"M"
 KIND_SEGMENT = b"S"
@@ -64,6 +69,7 @@ class PartitionKeys:
     """Precomputed keys of one partition; the hot path only appends 8 bytes to a prefix."""
 
     __slots__ = (
+        "cleaner_checkpoint",
         "epochs",
         "log_lower",
         "log_upper",
@@ -88,6 +94,7 @@ class PartitionKeys:
         self.log_upper = prefix + b"\xff" * 8
         self.meta = prefix + KIND_META
         self.epochs = prefix + KIND_EPOCHS
+        self.cleaner_checkpoint = prefix + KIND_CLEANER
         self.segment_lower = prefix + KIND_SEGMENT
         self.segment_upper = prefix + KIND_SEGMENT + b"\xff" * 8
         self.state_lower = prefix

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.keys import META, PartitionKeys, TopicPartition
+from broker.storage.keys import CLEANER_CHECKPOINT, META, PartitionKeys, TopicPartition
 from broker.storage.rocks import Column, RocksStore, StoreWriteBatch
 from broker.storage.segments import Segment, plan_retention, should_roll
 from tidelog import limits
@@ -41,7 +42,14 @@ from tidelog.record_batch import (
 )
 from tidelog.v1.common_pb2 import TimestampType
 
-__all__ = ["AppendInfo", "EpochEndOffset", "FetchDataInfo", "OffsetAndTimestamp", "PartitionLog"]
+__all__ = [
+    "AppendInfo",
+    "BatchRewrite",
+    "EpochEndOffset",
+    "FetchDataInfo",
+    "OffsetAndTimestamp",
+    "PartitionLog",
+]
 
 _LOG = Column.LOG
 _STATE = Column.PARTITION_STATE
@@ -80,6 +88,15 @@ class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp_ms: int
     leader_epoch: int
+
+
+class BatchRewrite(NamedTuple):
+    """The log cleaner's replacement of one stored batch: the batch keyed ``base_offset`` goes,
+    ``replacements`` -- (base offset, batch bytes), each base offset within the old batch's
+    offsets -- take its place (none: every record of it was removed)."""
+
+    base_offset: int
+    replacements: tuple[tuple[int, bytes], ...]
 
 
 class PartitionLog:
@@ -202,6 +219,10 @@ class PartitionLog:
         if self._log_start_offset == leo and base_offset < leo < batch_next:
             self.truncate_fully_and_start_at(base_offset)
             return
+        if base_offset > leo:
+            # The leader's log cleaner removed the offsets in between (compacted topics): Kafka's
+            # follower accepts any batch starting at or after its LEO. The gap stays a gap.
+            return
         raise OffsetOutOfRangeError(
             f"{self.topic_partition}: follower batch starts at offset {base_offset} but the log "
             f"end offset is {leo}; truncate or fetch from the log end offset"
@@ -243,7 +264,10 @@ class PartitionLog:
             segment_ms=config.segment_ms,
         )
         if rolled or active is None:
-            segment = Segment(base_offset, next_offset, size, timestamp_ms, append_time_ms)
+            # From the LEO, not the batch's base: a follower's batch may start after a gap the
+            # leader's cleaner left, and the segment index has no holes.
+            segment = Segment(self._log_end_offset, next_offset, size, timestamp_ms,
+                              append_time_ms)
         else:
             segment = Segment(
                 active.base_offset,
@@ -301,6 +325,12 @@ class PartitionLog:
             batches = self._store.values_from_floor(
                 _LOG, keys.log(fetch_offset), keys.log_lower, keys.log(upper), max_bytes
             )
+            if batches and _ends_at_or_before(batches[0], fetch_offset):
+                # The floor batch ends before the fetch offset: the log cleaner left a gap there
+                # (compacted topics). Serve from the first batch after it instead.
+                batches = self._store.values_from_floor(
+                    _LOG, keys.log(fetch_offset), keys.log(fetch_offset), keys.log(upper),
+                    max_bytes)
         return FetchDataInfo(batches, self._high_watermark, start, leo)
 
     def offset_for_timestamp(
@@ -476,6 +506,7 @@ class PartitionLog:
         if trimmed is not None:
             wb.put(_STATE, keys.segment(trimmed.base_offset), trimmed.encode())
         wb.put(_STATE, keys.epochs, epochs.encode())
+        wb.delete(_STATE, keys.cleaner_checkpoint)  # the next cleaner pass starts over: safe
         hw = min(self._high_watermark, cut)
         self._put_meta(wb, high_watermark=hw)
         self._store.write(wb)
@@ -493,6 +524,7 @@ class PartitionLog:
         wb.delete_range(_LOG, keys.log_lower, keys.log_upper)
         wb.delete_range(_STATE, keys.segment_lower, keys.segment_upper)
         wb.delete(_STATE, keys.epochs)
+        wb.delete(_STATE, keys.cleaner_checkpoint)
         self._put_meta(wb, log_start_offset=offset, high_watermark=offset)
         self._store.write(wb)
         self._segments, self._epochs = [], LeaderEpochCache()
@@ -557,6 +589,70 @@ class PartitionLog:
         self._log_start_offset, self._meta_dirty = new_start, False
         return decision.removed_bytes if decision is not None else 0
 
+    # --- log compaction (broker/storage/cleaner.py drives these) ---------------------------
+
+    def cleaner_checkpoint(self) -> int:
+        """The offset below which the last cleaner pass left the log clean (0: never cleaned)."""
+        self._check_usable()
+        data = self._store.get(_STATE, self._keys.cleaner_checkpoint)
+        if data is None:
+            return 0
+        value: int = CLEANER_CHECKPOINT.unpack(data)[0]
+        return value
+
+    def scan_batches(self, from_offset: int, to_offset: int) -> Iterator[tuple[int, bytes]]:
+        """(base offset, stored bytes) of the batches keyed in [from_offset, to_offset), in
+        order, as of one instant (a RocksDB iterator: later writes are not seen)."""
+        self._check_usable()
+        keys = self._keys
+        for key, value in self._store.scan(_LOG, keys.log(from_offset), keys.log(to_offset)):
+            yield _base_offset_of(key), value
+
+    def replace_batches(
+        self,
+        rewrites: Sequence[BatchRewrite],
+        *,
+        segment_sizes: Mapping[int, int],
+        cleaner_checkpoint: int | None,
+    ) -> None:
+        """Apply one group of the cleaner's rewrites in ONE write batch: old batches deleted,
+        their replacements put, the touched segments' new sizes (by base offset) and, on a
+        pass's last group, the cleaner checkpoint. A kill -9 leaves every batch old or new.
+        Only batches wholly below the HW and segments other than the active one may change."""
+        self._check_usable()
+        hw = self._high_watermark
+        by_base = {s.base_offset: s for s in self._segments[:-1]}
+        for base, size in segment_sizes.items():
+            seg = by_base.get(base)
+            if seg is None or seg.next_offset > hw or size < 0:
+                raise InvariantViolation(
+                    f"{self.topic_partition}: the cleaner may not resize segment {base} to "
+                    f"{size} (segments {self._segments}, HW {hw})")
+        keys = self._keys
+        wb = self._store.new_batch()
+        for rewrite in rewrites:
+            if rewrite.base_offset >= hw:
+                raise InvariantViolation(
+                    f"{self.topic_partition}: the cleaner may not rewrite batch "
+                    f"{rewrite.base_offset} at or above the HW {hw}")
+            wb.delete(_LOG, keys.log(rewrite.base_offset))
+            for base, data in rewrite.replacements:
+                if not rewrite.base_offset <= base < hw:
+                    raise InvariantViolation(
+                        f"{self.topic_partition}: a cleaned batch at {base} replaces batch "
+                        f"{rewrite.base_offset}")
+                wb.put(_LOG, keys.log(base), data)
+        for base, size in segment_sizes.items():
+            seg = by_base[base]
+            wb.put(_STATE, keys.segment(base), Segment(
+                base, seg.next_offset, size, seg.max_timestamp_ms, seg.first_append_time_ms
+            ).encode())
+        if cleaner_checkpoint is not None:
+            wb.put(_STATE, keys.cleaner_checkpoint, CLEANER_CHECKPOINT.pack(cleaner_checkpoint))
+        self._store.write(wb)
+        for base, size in segment_sizes.items():
+            by_base[base].size_bytes = size
+
     # --- internals -------------------------------------------------------------------------
 
     def _put_meta(
@@ -592,8 +688,9 @@ class PartitionLog:
                     f"{self.topic_partition}: a hole or an overlap between segments {before} and "
                     f"{after}")
         for s in segments:
-            if not (s.base_offset < s.next_offset and s.size_bytes > 0):
-                raise InvariantViolation(f"{self.topic_partition}: empty segment {s}")
+            # A segment the log cleaner emptied keeps its offsets with 0 bytes.
+            if not (s.base_offset < s.next_offset and s.size_bytes >= 0):
+                raise InvariantViolation(f"{self.topic_partition}: bad segment {s}")
         if segments:
             if segments[-1].next_offset != leo:
                 raise InvariantViolation(
@@ -615,3 +712,10 @@ class PartitionLog:
 
 def _base_offset_of(key: bytes) -> int:
     return int.from_bytes(key[-8:], "big")
+
+
+def _ends_at_or_before(data: bytes, offset: int) -> bool:
+    """Whether the stored batch ``data`` ends at or before ``offset`` (header parse only when
+    the batch starts before ``offset``: a fetch at a batch's base offset costs nothing)."""
+    batch = parse_batch(data)
+    return batch.base_offset < offset and next_offset(batch) <= offset

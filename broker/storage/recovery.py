@@ -19,6 +19,7 @@ import logging
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import LeaderEpochCache
 from broker.storage.keys import (
+    KIND_CLEANER,
     KIND_EPOCHS,
     KIND_META,
     KIND_SEGMENT,
@@ -72,6 +73,8 @@ class _State:
             self.epochs = LeaderEpochCache.decode(value)
         elif kind == KIND_SEGMENT:
             self.segments.append(Segment.decode(offset_of(key), value))
+        elif kind == KIND_CLEANER:
+            pass  # the log cleaner reads its checkpoint itself (PartitionLog.cleaner_checkpoint)
         else:
             raise ValueError(f"unknown state kind {kind!r}")
 

@@ -236,12 +236,18 @@ def test_follower_append_keeps_the_leaders_offsets_and_epochs(storage: Storage) 
     follower.check_invariants()
 
 
-def test_follower_append_must_start_at_the_log_end(storage: Storage) -> None:
-    batches = leader_batches(storage, 3, [1, 1, 1])
+def test_follower_append_may_not_start_below_the_log_end(storage: Storage) -> None:
+    batches = leader_batches(storage, 4, [1, 1, 1, 1])
     follower = new_log(storage)
     follower.append_as_follower(batches[0])
-    with pytest.raises(OffsetOutOfRangeError, match="starts at offset 4 but the log end offset"):
-        follower.append_as_follower(batches[2])
+    follower.append_as_follower(batches[1])
+    with pytest.raises(OffsetOutOfRangeError, match="starts at offset 2 but the log end offset"):
+        follower.append_as_follower(batches[1])
+    # A batch after a gap is accepted, as Kafka's follower does: the leader's log cleaner
+    # removes offsets (compacted topics), and the segment index stays without holes.
+    follower.append_as_follower(batches[3])
+    assert follower.log_end_offset == 8 and follower.segments[-1].next_offset == 8
+    follower.check_invariants()
 
 
 def test_follower_append_refuses_corrupt_batches(storage: Storage) -> None:
