@@ -27,6 +27,7 @@ Defaults are Kafka's, with these differences (docs/decisions.md, "Controller met
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class ConfigType(enum.Enum):
     BOOLEAN = "boolean"
     INT = "int"  # 32-bit signed
     LONG = "long"  # 64-bit signed
+    DOUBLE = "double"  # a finite number (min.cleanable.dirty.ratio)
     STRING = "string"
     LIST = "list"  # comma-separated strings
 
@@ -77,8 +79,8 @@ class ConfigDef:
     type: ConfigType
     default: str  # canonical string form
     doc: str  # one line: what it does and its unit
-    min_value: int | None = None  # for INT/LONG, inclusive
-    max_value: int | None = None  # for INT/LONG, inclusive
+    min_value: int | None = None  # for INT/LONG/DOUBLE, inclusive
+    max_value: int | None = None  # for INT/LONG/DOUBLE, inclusive
     choices: tuple[str, ...] = ()  # for STRING and LIST items; empty = any
 
     def __post_init__(self) -> None:
@@ -117,6 +119,21 @@ def _canonical_integer(definition: ConfigDef, text: str) -> str:
     return str(number)
 
 
+def _canonical_double(definition: ConfigDef, text: str) -> str:
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise InvalidConfigError(f"{definition.name}: value {text!r} is not a finite number")
+    lo, hi = definition.min_value, definition.max_value
+    if (lo is not None and number < lo) or (hi is not None and number > hi):
+        raise InvalidConfigError(
+            f"{definition.name}: value {number} is outside the allowed range [{lo}, {hi}]"
+        )
+    return repr(number)
+
+
 def _check_choice(definition: ConfigDef, item: str) -> None:
     if definition.choices and item not in definition.choices:
         hint = " (snappy is not supported)" if item == "snappy" else ""
@@ -142,6 +159,8 @@ def canonical_value(definition: ConfigDef, value: str) -> str:
         return text.lower()
     if definition.type in (ConfigType.INT, ConfigType.LONG):
         return _canonical_integer(definition, text)
+    if definition.type is ConfigType.DOUBLE:
+        return _canonical_double(definition, text)
     if definition.type is ConfigType.STRING:
         _check_choice(definition, text)
         return text
@@ -172,8 +191,8 @@ def _int(
 _DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "cleanup.policy", "log.cleanup.policy", ConfigType.LIST, "delete",
-        "delete: drop old data by retention.ms/retention.bytes; compact: accepted, but log "
-        "compaction is not implemented yet (a topic without delete keeps all its data)",
+        "delete: drop old data by retention.ms/retention.bytes; compact: keep the latest record "
+        "per key (the log cleaner; tombstones go after delete.retention.ms); compact,delete: both",
         choices=("delete", "compact"),
     ),
     ConfigDef(
@@ -181,6 +200,11 @@ _DEFS: tuple[ConfigDef, ...] = (
         "codec for stored batches; only producer (keep the producer's codec) is applied so "
         "far: other values are accepted and stored, and batches are still kept as produced",
         choices=("uncompressed", "gzip", "lz4", "zstd", "producer"),
+    ),
+    _long(
+        "delete.retention.ms", "log.cleaner.delete.retention.ms", 86_400_000,
+        "compacted topics: how long a tombstone (null value) stays after its append, ms",
+        lo=0,
     ),
     _long(
         "flush.messages", "log.flush.interval.messages", LONG_MAX,
@@ -202,6 +226,21 @@ _DEFS: tuple[ConfigDef, ...] = (
         "CreateTime keeps the producer's timestamps; LogAppendTime stamps the leader's clock",
         choices=("CreateTime", "LogAppendTime"),
     ),
+    _long(
+        "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", LONG_MAX,
+        "compacted topics: dirty data older than this is cleaned whatever the dirty ratio, ms",
+        lo=1,
+    ),
+    ConfigDef(
+        "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5",
+        "compacted topics: clean when uncleaned bytes are at least this share of the cleanable log",
+        min_value=0, max_value=1,
+    ),
+    _long(
+        "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", 0,
+        "compacted topics: a record stays uncompacted at least this long after its timestamp, ms",
+        lo=0,
+    ),
     _int(
         "min.insync.replicas", "min.insync.replicas", 1,
         "fewest in-sync replicas for an acks=all produce to succeed (else NOT_ENOUGH_REPLICAS)",
@@ -219,7 +258,7 @@ _DEFS: tuple[ConfigDef, ...] = (
     ),
     _int(
         "segment.bytes", "log.segment.bytes", 1024 * 1024 * 1024,
-        "size of the unit retention deletes at once, bytes",
+        "size of the unit retention deletes (and the cleaner's active tail) at once, bytes",
         lo=1024 * 1024,
     ),
     _long(
@@ -268,10 +307,14 @@ class TopicConfig:
 
     cleanup_policy: frozenset[str]
     compression_type: str
+    delete_retention_ms: int
     flush_messages: int
     flush_ms: int
+    max_compaction_lag_ms: int
     max_message_bytes: int
     message_timestamp_type: str
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
     min_insync_replicas: int
     retention_bytes: int
     retention_ms: int
@@ -301,10 +344,14 @@ class TopicConfig:
         return cls(
             cleanup_policy=frozenset(split_list(values["cleanup.policy"])),
             compression_type=values["compression.type"],
+            delete_retention_ms=int(values["delete.retention.ms"]),
             flush_messages=int(values["flush.messages"]),
             flush_ms=int(values["flush.ms"]),
+            max_compaction_lag_ms=int(values["max.compaction.lag.ms"]),
             max_message_bytes=int(values["max.message.bytes"]),
             message_timestamp_type=values["message.timestamp.type"],
+            min_cleanable_dirty_ratio=float(values["min.cleanable.dirty.ratio"]),
+            min_compaction_lag_ms=int(values["min.compaction.lag.ms"]),
             min_insync_replicas=int(values["min.insync.replicas"]),
             retention_bytes=int(values["retention.bytes"]),
             retention_ms=int(values["retention.ms"]),

@@ -12,10 +12,14 @@ from tidelog.errors import InvalidConfigError
 KAFKA_DEFAULTS = {
     "cleanup.policy": "delete",
     "compression.type": "producer",
+    "delete.retention.ms": "86400000",
     "flush.messages": str(2**63 - 1),
     "flush.ms": str(2**63 - 1),
+    "max.compaction.lag.ms": str(2**63 - 1),
     "max.message.bytes": "1048588",
     "message.timestamp.type": "CreateTime",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
     "min.insync.replicas": "1",
     "retention.bytes": "-1",
     "retention.ms": "604800000",
@@ -121,3 +125,18 @@ def test_resolve_defaults_are_kafkas() -> None:
 def test_resolve_refuses_invalid_values() -> None:
     with pytest.raises(InvalidConfigError):
         configs.TopicConfig.resolve({"retention.ms": "soon"})
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-0.1", "1.5"])
+def test_min_cleanable_dirty_ratio_is_a_number_in_0_1(value: str) -> None:
+    with pytest.raises(InvalidConfigError, match=r"min\.cleanable\.dirty\.ratio"):
+        configs.validate_topic_config("min.cleanable.dirty.ratio", value)
+
+
+def test_compaction_configs_resolve() -> None:
+    assert configs.validate_topic_config("min.cleanable.dirty.ratio", " 0.25 ") == "0.25"
+    assert configs.validate_topic_config("cleanup.policy", "compact, delete") == "compact,delete"
+    resolved = configs.TopicConfig.resolve({"min.cleanable.dirty.ratio": "1",
+                                            "cleanup.policy": "compact"})
+    assert resolved.min_cleanable_dirty_ratio == 1.0 and resolved.cleanup_policy == {"compact"}
+    assert (resolved.delete_retention_ms, resolved.min_compaction_lag_ms) == (86_400_000, 0)

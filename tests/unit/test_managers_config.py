@@ -7,6 +7,7 @@ import pytest
 from controller_testkit import BROKER, TOPIC, TestCluster, alter_op, create_topic
 
 from controller.managers.common import CONFIG_OPS_PER_RESOURCE_MAX, CONFIG_RESOURCES_PER_REQUEST_MAX
+from tidelog import configs
 from tidelog.v1 import common_pb2, controller_pb2
 
 E = common_pb2.ErrorCode
@@ -54,7 +55,7 @@ def test_set_delete_and_sources() -> None:
 
 def test_describe_all_has_docs() -> None:
     described = _describe(_cluster(), TOPIC, "t")
-    assert len(described) == 12
+    assert len(described) == len(configs.TOPIC_CONFIGS)
     request = controller_pb2.DescribeConfigsRequest()
     request.resources.add(resource_type=TOPIC, resource_name="t")
     response = _cluster().logic.handle_describe_configs(request, 0).response
