@@ -73,7 +73,7 @@ METADATA_BATCH_BYTES_MAX = 1024 * 1024
 #: a join past it gets GROUP_MAX_SIZE_REACHED.
 GROUP_MEMBERS_MAX = 1_000
 #: Groups one coordinator shard (one __consumer_offsets partition) holds; a new group past it is
-#: refused (heartbeat GROUP_MAX_SIZE_REACHED, commit UNKNOWN_SERVER_ERROR naming the limit).
+#: refused with POLICY_VIOLATION naming the limit.
 GROUPS_PER_SHARD_MAX = 100_000
 #: Group ids, member ids, instance ids, racks, client ids and hosts, assignor names: characters.
 GROUP_TEXT_LENGTH_MAX = 255
@@ -90,7 +90,8 @@ OFFSETS_PER_GROUP_MAX = 1_000_000
 LEADER_EPOCH_ENTRIES_MAX = 10_000
 #: Dirty bytes (not yet cleaned) one log-cleaner pass reads into its offset map (Kafka bounds
 #: the same thing with log.cleaner.dedupe.buffer.size): the next pass takes the rest.
-CLEANER_PASS_DIRTY_BYTES_MAX = 16 * 1024 * 1024
+#: The broker runs a pass on its event loop, so this also bounds how long one pass holds it.
+CLEANER_PASS_DIRTY_BYTES_MAX = 4 * 1024 * 1024
 #: Bytes of old batches the cleaner replaces per RocksDB write batch (one atomic group).
 CLEANER_GROUP_BYTES_MAX = 1024 * 1024
 
@@ -115,7 +116,8 @@ check(
     "a stream's held bytes must be below a gRPC message",
 )
 check(
-    GROUP_TEXT_LENGTH_MAX >= TOPIC_NAME_LENGTH_MAX and OFFSET_METADATA_BYTES_MAX < MESSAGE_BYTES_MAX,
+    GROUP_TEXT_LENGTH_MAX >= TOPIC_NAME_LENGTH_MAX
+    and OFFSET_METADATA_BYTES_MAX < MESSAGE_BYTES_MAX,
     "group limits out of order",
 )
 check(

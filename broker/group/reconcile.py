@@ -63,15 +63,18 @@ def _next_assignment(member: ConsumerGroupMember, target_epoch: int, target: Par
         _put(assignable, topic_id, free)
     if to_revoke and _owns_any(owned, to_revoke):
         # Revoke first, at the current epoch: nothing new until the member acknowledges.
-        return replace(member, state=gpb.MEMBER_STATE_UNREVOKED_PARTITIONS,
-                       previous_member_epoch=member.member_epoch, assigned=kept,
+        return replace(member, state=gpb.MEMBER_STATE_UNREVOKED_PARTITIONS, assigned=kept,
                        pending_revocation=to_revoke)
     assigned = {t: kept.get(t, frozenset()) | assignable.get(t, frozenset())
                 for t in set(kept) | set(assignable)}
     state = (gpb.MEMBER_STATE_UNRELEASED_PARTITIONS if unreleased
              else gpb.MEMBER_STATE_STABLE)
+    # The previous epoch moves only with the epoch: it is what a member that missed this
+    # response may still send (check_member_epoch).
+    previous = (member.member_epoch if target_epoch != member.member_epoch
+                else member.previous_member_epoch)
     return replace(member, state=state, member_epoch=target_epoch,
-                   previous_member_epoch=member.member_epoch, assigned=assigned,
+                   previous_member_epoch=previous, assigned=assigned,
                    pending_revocation={})
 
 
