@@ -102,6 +102,13 @@ class BrokerMetrics:
                                       registry=registry)
         self.retention_bytes_deleted = Counter(p + "retention_bytes_deleted",
                                                "bytes removed by retention", registry=registry)
+        self.cleaner_bytes_cleaned = Counter(
+            p + "log_cleaner_bytes_cleaned", "dirty bytes log-cleaner passes went through",
+            registry=registry)
+        self.cleaner_dirty_ratio = Gauge(
+            p + "log_cleaner_dirty_ratio", "uncleaned share of the cleanable log, per compacted "
+            "partition hosted here (at the last cleaner check)", ["topic", "partition"],
+            registry=registry)
         self.log_flushes = Counter(
             p + "log_flushes", "fsyncs forced by topic flush.messages / flush.ms (leader and "
             "follower appends)", registry=registry)

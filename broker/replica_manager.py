@@ -58,6 +58,12 @@ from broker.producer_ids import ControllerChannel, ProducerIdManager
 from broker.replication import ProposeIsr
 from broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
 from broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
+from broker.storage.cleaner import (
+    CleanerConfig,
+    choose_partitions_to_clean,
+    clean_log,
+    cleaning_candidate,
+)
 from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
@@ -96,6 +102,9 @@ HW_CHECKPOINT_INTERVAL_MS = 5_000
 #: Producer states are stored this often when they changed (and at a clean stop). Recovery
 #: replays the batch headers after the stored one, so this bounds that replay.
 PRODUCER_STATE_SAVE_INTERVAL_MS = 10_000
+#: Kafka's log.cleaner.backoff.ms: how often the cleaner looks for a dirty compacted partition
+#: (more often when log.retention.check.interval.ms is shorter, as tests set it).
+LOG_CLEANER_BACKOFF_MS = 15_000
 #: Kafka's producer.id.expiration.check.interval.ms.
 PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 #: Gauges (ISR health, lags) and topic flush.ms checks run this often.
@@ -599,6 +608,7 @@ class ReplicaManager:
             "isr": now + config.replica_lag_time_max_ms // 2,
             "hw": now + config.hw_checkpoint_interval_ms,
             "retention": now + config.retention_check_interval_ms,
+            "cleaner": now + min(config.retention_check_interval_ms, LOG_CLEANER_BACKOFF_MS),
             "producers": now + config.producer_state_save_interval_ms,
             "expire": now + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
             "gauges": now,
@@ -607,6 +617,7 @@ class ReplicaManager:
             "isr": max(1, config.replica_lag_time_max_ms // 2),
             "hw": config.hw_checkpoint_interval_ms,
             "retention": config.retention_check_interval_ms,
+            "cleaner": min(config.retention_check_interval_ms, LOG_CLEANER_BACKOFF_MS),
             "producers": config.producer_state_save_interval_ms,
             "expire": PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
             "gauges": GAUGES_INTERVAL_MS,
@@ -626,6 +637,7 @@ class ReplicaManager:
             "isr": self._tick_leaders,
             "hw": lambda: self.storage.checkpoint_high_watermarks(),
             "retention": self._enforce_retention,
+            "cleaner": self._clean_logs,
             "producers": lambda: [p.maybe_save_producer_state() for p in self.partitions()],
             "expire": lambda: [p.producers.maybe_expire(_wall_ms()) for p in self.partitions()],
             "gauges": self._update_gauges,
@@ -658,6 +670,26 @@ class ReplicaManager:
                             partition.name, error)
         if removed and self.metrics is not None:
             self.metrics.retention_bytes_deleted.inc(removed)
+
+    def _clean_logs(self) -> None:
+        """Log compaction (broker/storage/cleaner.py): one bounded pass over the dirtiest
+        compacted partition per run, on every replica (each cleans its own copy, below its HW)."""
+        now_ms = _wall_ms()
+        candidates = []
+        for p in self.partitions():
+            c = p.config
+            if "compact" in c.cleanup_policy:
+                candidates.append(cleaning_candidate(p.log, CleanerConfig(
+                    c.min_cleanable_dirty_ratio, c.min_compaction_lag_ms, c.max_compaction_lag_ms,
+                    c.delete_retention_ms), now_ms=now_ms))
+                if self.metrics is not None:
+                    self.metrics.cleaner_dirty_ratio.labels(p.topic_name, str(p.partition_id)).set(
+                        candidates[-1].cleanable.dirty_ratio)
+        for chosen in choose_partitions_to_clean(candidates, now_ms=now_ms):
+            stats = clean_log(self.storage.log(*chosen.topic_partition), chosen.config,
+                              now_ms=now_ms)
+            if stats is not None and self.metrics is not None:
+                self.metrics.cleaner_bytes_cleaned.inc(stats.bytes_read)
 
     def _update_gauges(self) -> None:
         now_ms = _monotonic_ms()  # flush.ms is a duration (see Partition._count_unflushed)

@@ -58,6 +58,7 @@ __all__ = [
     "choose_partitions_to_clean",
     "clean_log",
     "cleanable_range",
+    "cleaning_candidate",
 ]
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,23 @@ class CleaningCandidate:
     config: CleanerConfig
 
 
+def cleaning_candidate(
+    partition_log: PartitionLog, config: CleanerConfig, *, now_ms: int,
+    dirty_bytes_max: int = limits.CLEANER_PASS_DIRTY_BYTES_MAX,
+) -> CleaningCandidate:
+    """The partition's cleanable range now (one point read for the checkpoint, no scan)."""
+    cleanable = cleanable_range(
+        partition_log.segments,
+        log_start_offset=partition_log.log_start_offset,
+        high_watermark=partition_log.high_watermark,
+        cleaner_checkpoint=partition_log.cleaner_checkpoint(),
+        now_ms=now_ms,
+        min_compaction_lag_ms=config.min_compaction_lag_ms,
+        dirty_bytes_max=dirty_bytes_max,
+    )
+    return CleaningCandidate(partition_log.topic_partition, cleanable, config)
+
+
 def _max_lag_exceeded(candidate: CleaningCandidate, now_ms: int) -> bool:
     first = candidate.cleanable.first_dirty_append_time_ms
     return first >= 0 and now_ms - first > candidate.config.max_compaction_lag_ms
@@ -206,15 +224,8 @@ def clean_log(
     range. Raises what storage raises (KafkaStorageErrorError, CorruptMessageError for a batch
     failing its CRC): the log is then as the last written group left it, and a new pass resumes.
     """
-    cleanable = cleanable_range(
-        partition_log.segments,
-        log_start_offset=partition_log.log_start_offset,
-        high_watermark=partition_log.high_watermark,
-        cleaner_checkpoint=partition_log.cleaner_checkpoint(),
-        now_ms=now_ms,
-        min_compaction_lag_ms=config.min_compaction_lag_ms,
-        dirty_bytes_max=dirty_bytes_max,
-    )
+    cleanable = cleaning_candidate(partition_log, config, now_ms=now_ms,
+                                   dirty_bytes_max=dirty_bytes_max).cleanable
     if cleanable.dirty_bytes == 0:
         return None
     stats = CleanerStats(cleanable.first_dirty_offset, cleanable.end_offset,
