@@ -277,6 +277,20 @@ def test_uniform_join_then_leave_moves_the_minimum() -> None:
     }
 
 
+def test_uniform_leaving_member_moves_only_its_partition_when_holders_sort_last() -> None:
+    """9 partitions over a..f: d, e, f hold two each. When a leaves, 9 over 5 gives four members
+    two: d, e, f keep theirs and b gets a's partition. Kafka, handing the larger quotas out in
+    member order (b, c, d, e), would take one from f and move it too."""
+    held = {"a": [0], "b": [1], "c": [2], "d": [3, 4], "e": [5, 6], "f": [7, 8]}
+    members = group(*(member(m, T1, current={T1: frozenset(ps)}) for m, ps in held.items()))
+    assert plain(UNIFORM.assign(members, topics(t1=9))) == {m: {"t1": ps} for m, ps in held.items()}
+    del members["a"]
+    assert plain(UNIFORM.assign(members, topics(t1=9))) == {
+        "b": {"t1": [0, 1]}, "c": {"t1": [2]}, "d": {"t1": [3, 4]}, "e": {"t1": [5, 6]},
+        "f": {"t1": [7, 8]},
+    }
+
+
 def test_uniform_keeps_a_members_partitions_when_balance_allows() -> None:
     current = {T1: frozenset({5, 6, 7})}
     members = group(member("a", T1), member("b", T1, current=current))
