@@ -16,14 +16,19 @@ from tidelog.errors import InvalidTopicError
 
 __all__ = [
     "INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
     "has_collision_chars",
     "is_internal",
     "unify_collision_chars",
     "validate_topic_name",
 ]
 
-#: Topics the brokers create and rely on; they may not be deleted.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+#: The group coordinator's topic (Kafka's ``Topic.GROUP_METADATA_TOPIC_NAME``): consumer-group
+#: records and committed offsets. Clients may not produce to it (INVALID_TOPIC_EXCEPTION).
+OFFSETS_TOPIC = "__consumer_offsets"
+
+#: Topics the brokers create and rely on; they may not be deleted, nor produced to by clients.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
