@@ -113,8 +113,9 @@ class BrokerMetrics:
             p + "log_flushes", "fsyncs forced by topic flush.messages / flush.ms (leader and "
             "follower appends)", registry=registry)
         self.log_flush_failures = Counter(
-            p + "log_flush_failures", "fsyncs that failed (a storage error: the produce is "
-            "answered KAFKA_STORAGE_ERROR with appended=true)", registry=registry)
+            p + "log_flush_failures", "fsyncs that failed, a topic's flush or the node's "
+            "interval one (a storage error: a produce waiting on it is answered "
+            "KAFKA_STORAGE_ERROR with appended=true)", registry=registry)
         self._lag_labels: set[tuple[str, str, str]] = set()
         self._hw_lag_labels: set[tuple[str, str]] = set()
 

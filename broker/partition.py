@@ -64,6 +64,7 @@ from broker.storage import AppendInfo, FetchDataInfo, LogConfig, PartitionLog
 from tidelog import invariants
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
+    InvalidRecordError,
     NotLeaderOrFollowerError,
     RecordListTooLargeError,
     RequestTimedOutError,
@@ -71,7 +72,13 @@ from tidelog.errors import (
     UnknownServerError,
 )
 from tidelog.metadata.image import PartitionRegistration
-from tidelog.record_batch import RecordBatch, batch_crc, parse_batch, validate_batch
+from tidelog.record_batch import (
+    RecordBatch,
+    batch_crc,
+    decode_records,
+    parse_batch,
+    validate_batch,
+)
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode, TimestampType
 
@@ -267,6 +274,9 @@ class Partition:
         if error is not None:
             raise error
         batch = validate_batch(data, max_bytes=config.max_message_bytes)
+        if "compact" in config.cleanup_policy:
+            # Decodes the records: the produce path does so for compacted topics only (DESIGN §4).
+            self._check_keys(batch)
         if len(data) > config.segment_bytes:
             raise RecordListTooLargeError(
                 f"batch of {len(data)} bytes is larger than segment.bytes {config.segment_bytes}")
@@ -307,6 +317,19 @@ class Partition:
                 error = self._after_append_failed("the acks=all wait", e, base_offset)
         return AppendResult(base_offset, append_time_ms, self.log.log_start_offset, waiter,
                             error, last_offset=last_offset)
+
+    def _check_keys(self, batch: RecordBatch) -> None:
+        """Kafka's LogValidator: a compacted topic keeps the latest record per key, so a record
+        without a key has no place in it (INVALID_RECORD; nothing is appended). This is the only
+        place the produce path decodes records (DESIGN §4: the broker never does otherwise), and
+        only for compacted topics."""
+        for index, record in enumerate(decode_records(batch)):
+            if record.key is None:
+                policy = ",".join(sorted(self.config.cleanup_policy))
+                raise InvalidRecordError(
+                    f"{self.name}: topic {self.topic_name!r} is compacted (cleanup.policy="
+                    f"{policy}) and compacted topics need a key on every record; record {index} "
+                    "of the batch has none")
 
     def _append(self, batch: RecordBatch, now_ms: int) -> AppendInfo:
         """The storage append alone. When it raises, nothing was written and the error is

@@ -629,7 +629,7 @@ class ReplicaManager:
                 if now >= at:
                     due[job] = now + periods[job]
                     self.run_job(job)
-            self._guarded("flush", lambda: self.storage.maybe_flush(_monotonic_ms()))
+            self._guarded("flush", self._maybe_flush_storage)
 
     def run_job(self, job: str) -> None:
         """Run one periodic job now (the timer calls this; tests too)."""
@@ -652,6 +652,16 @@ class ReplicaManager:
         except Exception:
             # The timer must survive a bug in one job: the others keep the broker healthy.
             log.exception("broker %d: periodic %s failed", self.broker_id, what)
+
+    def _maybe_flush_storage(self) -> None:
+        """The node's interval fsync (storage flush policy ``interval``). A failure is counted in
+        ``log_flush_failures`` as the produce path's is (then logged by ``_guarded``)."""
+        try:
+            self.storage.maybe_flush(_monotonic_ms())
+        except Exception:
+            if self.metrics is not None:
+                self.metrics.log_flush_failures.inc()
+            raise
 
     def _tick_leaders(self) -> None:
         now_ms = _monotonic_ms()

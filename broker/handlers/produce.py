@@ -5,6 +5,9 @@ answer per partition.
 Request-level refusals answer every partition: INVALID_REQUIRED_ACKS (acks not -1/0/1),
 RECORD_LIST_TOO_LARGE (above ``produce.request.bytes.max``), NOT_LEADER_OR_FOLLOWER while this
 broker's metadata is not confirmed caught up; an unknown partition's own error comes first.
+A produce to an internal topic (``__consumer_offsets``) is INVALID_TOPIC_EXCEPTION, before all
+else, as in Kafka. A batch with a keyless record for a compacted topic is INVALID_RECORD (the
+partition checks it: broker/partition.py, the only place records are decoded on this path).
 A failure after the batch is in the log (the flush, the acks=all wait: KAFKA_STORAGE_ERROR,
 NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is answered with ``appended=true``: the
 batch may yet be committed. Nothing a client sends makes it raise.
@@ -17,7 +20,8 @@ import time
 from broker.handlers.common import HandlerRegistry, set_error
 from broker.partition_writer import PendingAppend, TopicIdPartition
 from broker.replica_manager import acks_error
-from tidelog.errors import RecordListTooLargeError, TidelogError
+from tidelog.errors import InvalidTopicError, RecordListTooLargeError, TidelogError
+from tidelog.metadata.topic_names import is_internal
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = ["handle_produce"]
@@ -34,6 +38,15 @@ def _request_error(registry: HandlerRegistry, request: pb.ProduceRequest
     return error or registry.metadata_refusal()
 
 
+def _internal_topic_error(name: str) -> TidelogError | None:
+    """Kafka's ReplicaManager.appendToLocalLog: clients may not write the internal topics (the
+    group coordinator appends to ``__consumer_offsets`` through the typed
+    ``ReplicaManager.append``, never through this handler)."""
+    if is_internal(name):
+        return InvalidTopicError(f"cannot append to internal topic {name}")
+    return None
+
+
 async def handle_produce(registry: HandlerRegistry,
                          request: pb.ProduceRequest) -> pb.ProduceResponse:
     started = time.perf_counter()
@@ -47,7 +60,7 @@ async def handle_produce(registry: HandlerRegistry,
             result = answer.partitions.add(partition_id=data.partition_id, base_offset=-1,
                                            log_append_time_ms=-1, log_start_offset=-1)
             topic_id, _, error = registry.lookup(None, topic.name, data.partition_id)
-            error = error or common
+            error = _internal_topic_error(topic.name) or error or common
             appending: PendingAppend | None = None
             if error is None and topic_id is not None:
                 appending = registry.start_append(
