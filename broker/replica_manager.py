@@ -588,6 +588,15 @@ class ReplicaManager:
                 f"broker {self.broker_id} does not host partition {tp}")
         return partition.read_for_consumer(offset, current_leader_epoch, max_bytes)
 
+    def log_start_offset(self, tp: TopicIdPartition) -> int:
+        """Where ``tp``'s log begins (the group coordinator loads from here); raises
+        NOT_LEADER_OR_FOLLOWER when this broker does not host it."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} does not host partition {tp}")
+        return partition.log.log_start_offset
+
     def add_high_watermark_listener(self, listener: HighWatermarkListener
                                     ) -> Callable[[], None]:
         """Call ``listener(tp, hw)`` whenever the HW of a partition this broker leads moves

@@ -1,7 +1,9 @@
 """The broker process: controller client, metadata listener, lifecycle, data plane, gRPC server.
 
 Start order (each step needs the one before): open storage; build the ControllerClient from the
-voter list; subscribe the data plane (replica manager) to the MetadataListener and start it;
+voter list; subscribe the data plane (replica manager), then the group coordinator's runtime
+(broker.group.runtime: it loads the __consumer_offsets partitions this broker leads), to the
+MetadataListener and start it;
 register and heartbeat (BrokerLifecycleManager, reporting the listener's offset, and
 registering both listeners: the client endpoint and the inter-broker endpoint followers fetch
 from); serve gRPC. Every call to the controllers and to other brokers' inter-broker listeners
@@ -23,14 +25,18 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from broker.controller_client import ControllerClient
-from broker.handlers import DataPlaneHandlers
+from broker.group.runtime import GroupCoordinatorRuntime
+from broker.handlers import DataPlaneHandlers, GroupHandlers
 from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_listener import MetadataListener
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError
+from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.peer_auth import peer_metadata
+from tidelog.v1 import controller_pb2 as cpb
+from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.broker")
 
@@ -73,6 +79,35 @@ class BrokerRuntime:
             metadata_caught_up=self._metadata_confirmed, peer_metadata=peer)
         #: The data plane's request handlers (broker.handlers), what the servicers call.
         self.data_plane = DataPlaneHandlers(self.replica_manager)
+        #: The group coordinator's shards (one per __consumer_offsets partition led here).
+        self.group_coordinator = GroupCoordinatorRuntime(
+            broker_id=config.node_id, partitions=self.replica_manager,
+            image=lambda: self.listener.image, create_topic=self._create_offsets_topic)
+        #: The group RPCs (broker.handlers.groups).
+        self.groups = GroupHandlers(self.group_coordinator, lambda: self.listener.image)
+
+    async def _create_offsets_topic(self) -> None:
+        """Ask the controller for __consumer_offsets (Kafka's auto-creation of the internal
+        topic): offsets_topic_num_partitions partitions, replication min(3, live brokers),
+        compacted, min.insync.replicas 2 where RF >= 3. TOPIC_ALREADY_EXISTS is success."""
+        live = len(self.listener.image.cluster.active_brokers())
+        rf = max(1, min(3, live))
+        configs = [cpb.ConfigEntry(name="cleanup.policy", value="compact")]
+        if rf >= 3:
+            configs.append(cpb.ConfigEntry(name="min.insync.replicas", value="2"))
+        request = cpb.CreateTopicsRequest(topics=[cpb.CreateTopicsRequest.Topic(
+            name=OFFSETS_TOPIC, num_partitions=self.config.broker.offsets_topic_num_partitions,
+            replication_factor=rf, configs=configs)])
+        response = await self.client.forward("CreateTopics", request)
+        results = list(response.topics)
+        code = results[0].error_code if results else response.error_code
+        message = results[0].error_message if results else response.error_message
+        if code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.info("broker %d: %s created (or existed) with RF %d", self.broker_id,
+                     OFFSETS_TOPIC, rf)
+        else:
+            log.warning("broker %d: creating %s failed: %s", self.broker_id, OFFSETS_TOPIC,
+                        message)
 
     def _metadata_confirmed(self) -> bool:
         # The data plane deletes stray logs and takes produce only once this holds. Deleting a
@@ -93,6 +128,9 @@ class BrokerRuntime:
     async def start(self) -> None:
         await self.replica_manager.start()
         await self.listener.subscribe(self.replica_manager)
+        # After the replica manager: a partition is hosted before its shard loads from it.
+        await self.listener.subscribe(self.group_coordinator)
+        await self.group_coordinator.start()
         await self.listener.start()
         await self.lifecycle.start(registration_timeout_ms=REGISTRATION_TIMEOUT_MS)
         log.info("broker %d registered with epoch %d", self.broker_id,
@@ -106,6 +144,7 @@ class BrokerRuntime:
                      "complete" if moved else "timed out; stopping anyway")
         await self.lifecycle.stop()
         await self.listener.stop()
+        await self.group_coordinator.stop()
         await self.replica_manager.stop()
         await self.client.close()
 

@@ -4,7 +4,8 @@ Metadata and DescribeCluster are answered from this broker's metadata image; adm
 forwarded to the active controller (through the ControllerClient, which follows NOT_CONTROLLER
 and never lets a controller's hint reach the client); produce, fetch, offsets, logs and producer
 ids go to the data plane's handlers (``runtime.data_plane``: broker.handlers, one module per
-API). No handler lets an exception escape as a gRPC error for a
+API); the group RPCs to ``runtime.groups`` (broker.handlers.groups, over the group
+coordinator's runtime). No handler lets an exception escape as a gRPC error for a
 client's mistake: those are error codes in the response.
 """
 
@@ -186,6 +187,35 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def DescribeLogs(self, request: pb.DescribeLogsRequest,
                            context: Any) -> pb.DescribeLogsResponse:
         return await self.rt.data_plane.handle_describe_logs(request)
+
+    # --- groups: broker.handlers.groups, through runtime.groups -------------------------------
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
+                              context: Any) -> pb.FindCoordinatorResponse:
+        return await self.rt.groups.find_coordinator(request)
+
+    async def ConsumerGroupHeartbeat(self, request: pb.ConsumerGroupHeartbeatRequest,
+                                     context: Any) -> pb.ConsumerGroupHeartbeatResponse:
+        return await self.rt.groups.consumer_group_heartbeat(request)
+
+    async def OffsetCommit(self, request: pb.OffsetCommitRequest,
+                           context: Any) -> pb.OffsetCommitResponse:
+        return await self.rt.groups.offset_commit(request)
+
+    async def OffsetFetch(self, request: pb.OffsetFetchRequest,
+                          context: Any) -> pb.OffsetFetchResponse:
+        return await self.rt.groups.offset_fetch(request)
+
+    async def ListGroups(self, request: pb.ListGroupsRequest,
+                         context: Any) -> pb.ListGroupsResponse:
+        return await self.rt.groups.list_groups(request)
+
+    async def DescribeGroups(self, request: pb.DescribeGroupsRequest,
+                             context: Any) -> pb.DescribeGroupsResponse:
+        return await self.rt.groups.describe_groups(request)
+
+    async def DeleteGroups(self, request: pb.DeleteGroupsRequest,
+                           context: Any) -> pb.DeleteGroupsResponse:
+        return await self.rt.groups.delete_groups(request)
 
 
 class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):

@@ -138,6 +138,10 @@ class BrokerConfig:
     )
     log_flush_interval_ms: int = _doc("fsync period when log_flush_policy = interval", 1000)
     log_retention_check_interval_ms: int = _doc("how often retention runs", 300_000)
+    offsets_topic_num_partitions: int = _doc(
+        "partitions of __consumer_offsets when a broker creates it on first use "
+        "(offsets.topic.num.partitions); a group's coordinator is the leader of partition "
+        "abs(hash(group id)) % this. Fixed once the topic exists", 50)
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,10 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
             f"broker.log_flush_policy must be never, interval or every_batch, "
             f"got {cfg.broker.log_flush_policy!r}"
         )
+    if not 1 <= cfg.broker.offsets_topic_num_partitions <= 1000:
+        raise InvalidConfigError(
+            f"broker.offsets_topic_num_partitions must be 1..1000, "
+            f"got {cfg.broker.offsets_topic_num_partitions}")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise InvalidConfigError(f"log_level {cfg.log_level!r} is not a log level")
     if cfg.is_broker and cfg.broker.inter_broker_port == cfg.broker.port:

@@ -9,7 +9,10 @@ client sends makes one raise (errors are codes in the response).
 * :mod:`.fetch` — consumer Fetch and the follower's ReplicaService.Fetch, with the long-poll;
 * :mod:`.offsets` — ListOffsets;
 * :mod:`.logs` — DescribeLogs;
-* :mod:`.producer_ids` — InitProducerId.
+* :mod:`.producer_ids` — InitProducerId;
+* :mod:`.groups` — the group RPCs (FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit,
+  OffsetFetch, List/Describe/DeleteGroups), bound to the group coordinator's runtime rather
+  than the registry (:class:`GroupHandlers`, ``BrokerRuntime.groups``).
 
 :class:`DataPlaneHandlers` binds them to one registry: it is what ``BrokerRuntime.data_plane``
 holds and broker/service.py's servicers call.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from broker.handlers.common import HandlerRegistry
 from broker.handlers.fetch import handle_fetch, handle_replica_fetch
+from broker.handlers.groups import GroupHandlers
 from broker.handlers.logs import handle_describe_logs
 from broker.handlers.offsets import handle_list_offsets
 from broker.handlers.produce import handle_produce
@@ -27,6 +31,7 @@ from tidelog.v1 import broker_pb2 as pb
 
 __all__ = [
     "DataPlaneHandlers",
+    "GroupHandlers",
     "HandlerRegistry",
     "handle_describe_logs",
     "handle_fetch",

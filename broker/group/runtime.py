@@ -1,0 +1,428 @@
+"""The group coordinator's runtime on one broker (Kafka's CoordinatorRuntime, thin): loads a
+:class:`~broker.group.coordinator.GroupCoordinatorShard` for every ``__consumer_offsets``
+partition this broker leads, serialises each shard's requests, writes their records and
+answers once they are committed.
+
+* **Loading.** The runtime is a metadata publisher (subscribed after the replica manager, so the
+  partition is hosted when it hears of it). When this broker becomes the leader of an offsets
+  partition it starts a load: a new shard replays the partition with ``read()`` from its log
+  start until the high watermark reaches the log end offset seen when the load began (a new
+  leader's HW catches up once its followers fetch); meanwhile requests get
+  COORDINATOR_LOAD_IN_PROGRESS. A record that does not decode fails the load (logged), which is
+  retried after :data:`LOAD_RETRY_MS`. When the broker stops leading the partition the shard is
+  dropped: its groups' requests get NOT_COORDINATOR.
+* **Writes.** One ``asyncio.Lock`` per shard: a request runs the shard's pure handler, which
+  returns (records, response) with the records already applied in memory; the runtime appends
+  them as Kafka-style batches (key and value per record) with acks=all and answers the response
+  only once that append succeeded. If it fails, the shard's memory is ahead of the log, so the
+  shard is reloaded from the log and the request gets COORDINATOR_NOT_AVAILABLE or
+  NOT_COORDINATOR (both retriable), as Kafka maps append errors.
+* **Timers.** Every :data:`TIMER_INTERVAL_MS` each active shard's ``on_timer`` runs (monotonic
+  ms: session and rebalance timeouts must not jump with the wall clock) under the same lock and
+  its records are written the same way; offset expiry runs beside it on the wall clock (commit
+  timestamps are wall-clock times).
+* **The topic.** :meth:`ensure_offsets_topic` asks the controller (through the caller's
+  ``create_topic``) to create ``__consumer_offsets`` on first use; one attempt at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol, TypeVar
+
+from broker.group.assignment import TopicMetadata
+from broker.group.coordinator import (
+    TIMER_RECORDS_SOFT_MAX,
+    GroupCoordinatorConfig,
+    GroupCoordinatorShard,
+)
+from broker.group.offsets import expire_offsets
+from broker.group.partitioner import partition_for
+from broker.group.records import GroupRecord, decode
+from broker.metadata_listener import MetadataUpdate
+from broker.partition_writer import PartitionWriter, TopicIdPartition
+from tidelog import limits
+from tidelog.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    TidelogError,
+    UnknownServerError,
+)
+from tidelog.metadata.image import MetadataImage, TopicImage
+from tidelog.metadata.topic_names import OFFSETS_TOPIC
+from tidelog.record_batch import NewRecord, build_batch, decode_records, parse_batch
+from tidelog.v1.common_pb2 import ErrorCode
+
+log = logging.getLogger("tidelog.broker.group")
+
+__all__ = ["TIMER_INTERVAL_MS", "GroupCoordinatorRuntime", "ShardOp"]
+
+#: How often each loaded shard's on_timer runs.
+TIMER_INTERVAL_MS = 500
+#: A failed load is retried after this (while still leader).
+LOAD_RETRY_MS = 1_000
+#: How long a load waits between reads when the HW is still below its target.
+LOAD_POLL_MS = 20
+#: Bytes one load read asks for.
+LOAD_READ_BYTES = 1 << 20
+#: A write's records go out in batches of at most this many bytes of keys and values.
+WRITE_BATCH_BYTES = 512 * 1024
+#: acks=all wait of one coordinator write.
+WRITE_TIMEOUT_MS = 5_000
+
+#: Append errors that mean this broker is no longer the partition's leader (Kafka's mapping).
+_NOT_COORDINATOR_CODES = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.KAFKA_STORAGE_ERROR})
+_SERVER_ERROR_CODES = frozenset({
+    ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_RECORD,
+    ErrorCode.CORRUPT_MESSAGE})
+
+R = TypeVar("R")
+#: A write: the shard's pure handler, called under the shard's lock.
+ShardOp = Callable[[GroupCoordinatorShard], tuple[list[GroupRecord], R]]
+
+
+class CoordinatorPartitions(PartitionWriter, Protocol):
+    """What the runtime needs of the replica manager: the typed append/read, and the log start
+    of a hosted partition (where a load begins)."""
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int:
+        ...
+
+
+class _State(Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+@dataclass
+class _ShardContext:
+    """One offsets partition this broker leads."""
+
+    tp: TopicIdPartition
+    leader_epoch: int
+    shard: GroupCoordinatorShard
+    state: _State = _State.LOADING
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    load_task: asyncio.Task[None] | None = None
+    #: Bumped on every (re)load, so a finished load of an older generation is ignored.
+    generation: int = 0
+
+
+class ImageTopics(Mapping[str, TopicMetadata]):
+    """The image's topics as the shard's ``topics`` argument (a view: nothing copied)."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._by_name = image.topics.by_name
+
+    def __getitem__(self, name: str) -> TopicMetadata:
+        topic = self._by_name[name]
+        return TopicMetadata(topic.topic_id, name, topic.num_partitions)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class GroupCoordinatorRuntime:
+    """The coordinator shards of one broker (see the module doc)."""
+
+    def __init__(self, *, broker_id: int, partitions: CoordinatorPartitions,
+                 image: Callable[[], MetadataImage],
+                 create_topic: Callable[[], Coroutine[Any, Any, None]],
+                 config: GroupCoordinatorConfig | None = None,
+                 seed: int | None = None) -> None:
+        self.broker_id = broker_id
+        self.config = config or GroupCoordinatorConfig()
+        self._partitions = partitions
+        self._image = image
+        self._create_topic = create_topic
+        self._rng = random.Random(seed)
+        self._shards: dict[int, _ShardContext] = {}
+        self._topic_id: bytes | None = None
+        self._creating: asyncio.Task[None] | None = None
+        self._timer: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._timer = asyncio.get_running_loop().create_task(
+            self._run_timers(), name=f"group-coordinator-{self.broker_id}-timers")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._timer, self._creating, *self._tasks) if t is not None]
+        tasks += [c.load_task for c in self._shards.values() if c.load_task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._shards.clear()
+
+    # --- where groups live ---------------------------------------------------------------------
+
+    def offsets_topic(self) -> TopicImage | None:
+        return self._image().topics.by_name.get(OFFSETS_TOPIC)
+
+    def partition_of(self, group_id: str, topic: TopicImage) -> int:
+        return partition_for(group_id, topic.num_partitions)
+
+    def ensure_offsets_topic(self) -> None:
+        """Start creating ``__consumer_offsets`` unless it exists or a creation is under way."""
+        if self.offsets_topic() is not None:
+            return
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(
+                self._create_topic(), name=f"group-coordinator-{self.broker_id}-create-topic")
+
+    def _context_for(self, group_id: str) -> _ShardContext:
+        """The active shard of ``group_id``'s partition, or the coordinator error to answer."""
+        topic = self.offsets_topic()
+        if topic is None:
+            self.ensure_offsets_topic()
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created; retry")
+        pid = self.partition_of(group_id, topic)
+        context = self._shards.get(pid)
+        if context is None or context.tp.topic_id != topic.topic_id:
+            raise NotCoordinatorError(
+                f"broker {self.broker_id} is not the coordinator of group {group_id!r} "
+                f"({OFFSETS_TOPIC}-{pid}); find it again")
+        if context.state is not _State.ACTIVE:
+            raise CoordinatorLoadInProgressError(
+                f"broker {self.broker_id} is loading {OFFSETS_TOPIC}-{pid}; retry")
+        return context
+
+    def active_shards(self) -> list[GroupCoordinatorShard]:
+        return [c.shard for _, c in sorted(self._shards.items()) if c.state is _State.ACTIVE]
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard], R]) -> R:
+        """Run a read-only ``op`` on ``group_id``'s shard, after the writes before it."""
+        context = self._context_for(group_id)
+        async with context.lock:
+            self._check_still_active(context, group_id)
+            return op(context.shard)
+
+    async def write(self, group_id: str, op: ShardOp[R]) -> R:
+        """Run ``op`` on ``group_id``'s shard and write its records; the response once they
+        are committed. Raises the coordinator error to answer instead."""
+        context = self._context_for(group_id)
+        async with context.lock:
+            self._check_still_active(context, group_id)
+            try:
+                records, response = op(context.shard)
+            except Exception as error:
+                # The handler may have applied some records before it failed: start over.
+                self._reload(context, f"a handler failed: {error!r}")
+                raise
+            await self._write(context, records)
+            return response
+
+    def _check_still_active(self, context: _ShardContext, group_id: str) -> None:
+        # The lock may have been waited for across an unload or a reload.
+        if self._shards.get(context.tp.partition_id) is not context:
+            raise NotCoordinatorError(
+                f"broker {self.broker_id} stopped coordinating group {group_id!r}")
+        if context.state is not _State.ACTIVE:
+            raise CoordinatorLoadInProgressError(
+                f"broker {self.broker_id} is reloading {OFFSETS_TOPIC}-"
+                f"{context.tp.partition_id}; retry")
+
+    async def _write(self, context: _ShardContext, records: list[GroupRecord]) -> None:
+        try:
+            batches = list(_batches(records))
+        except TidelogError as error:  # a record over the batch size limit
+            self._reload(context, f"its records do not fit a batch: {error.message}")
+            raise _coordinator_error(error) from None
+        generation = context.generation
+        for batch in batches:
+            if context.generation != generation:
+                # Reloaded (a new leader epoch) while our earlier batch waited: the load read
+                # the log without the batches still to come, so they must not be written.
+                raise CoordinatorLoadInProgressError(
+                    f"{OFFSETS_TOPIC}-{context.tp.partition_id} is reloading; retry")
+            outcome = await self._partitions.append(context.tp, batch, acks=-1,
+                                                    timeout_ms=WRITE_TIMEOUT_MS)
+            if outcome.error is not None:
+                self._reload(context, f"a write failed: {outcome.error.message}")
+                raise _coordinator_error(outcome.error)
+
+    # --- timers --------------------------------------------------------------------------------
+
+    async def _run_timers(self) -> None:
+        while True:
+            await asyncio.sleep(TIMER_INTERVAL_MS / 1000)
+            for context in list(self._shards.values()):
+                if context.state is not _State.ACTIVE:
+                    continue
+                try:
+                    await self._tick(context)
+                except TidelogError as error:
+                    log.info("broker %d: %s timer: %s", self.broker_id, context.tp, error)
+                except Exception:
+                    log.exception("broker %d: %s timer failed", self.broker_id, context.tp)
+
+    async def _tick(self, context: _ShardContext) -> None:
+        async with context.lock:
+            if self._shards.get(context.tp.partition_id) is not context \
+                    or context.state is not _State.ACTIVE:
+                return
+            shard = context.shard
+            try:
+                records = shard.on_timer(_monotonic_ms())
+                expired = expire_offsets(shard.state, now_ms=_wall_ms(),
+                                         retention_ms=shard.config.offsets_retention_ms,
+                                         records_max=TIMER_RECORDS_SOFT_MAX)
+                for record in expired:
+                    shard.replay(record)
+            except Exception as error:
+                self._reload(context, f"its timer failed: {error!r}")
+                raise
+            await self._write(context, records + expired)
+
+    # --- loading and unloading (a metadata publisher) ------------------------------------------
+
+    def on_metadata_update(self, update: MetadataUpdate, image: MetadataImage) -> None:
+        """Load the offsets partitions this broker now leads, unload those it stopped leading."""
+        topic = image.topics.by_name.get(OFFSETS_TOPIC)
+        leading: dict[int, int] = {}
+        if topic is not None:
+            leading = {pid: p.leader_epoch for pid, p in topic.partitions.items()
+                       if p.leader == self.broker_id}
+        for pid, context in list(self._shards.items()):
+            if pid not in leading or topic is None or context.tp.topic_id != topic.topic_id:
+                self._unload(context)
+        if topic is None:
+            return
+        for pid, epoch in sorted(leading.items()):
+            loaded = self._shards.get(pid)
+            if loaded is None:
+                self._start_load(TopicIdPartition(topic.topic_id, pid), epoch)
+            elif loaded.leader_epoch != epoch:
+                # Leadership went elsewhere and came back within one update: the log may have
+                # been truncated as a follower meanwhile, so the memory is not to be trusted.
+                loaded.leader_epoch = epoch
+                self._reload(loaded, f"new leader epoch {epoch}")
+
+    def _new_shard(self) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(self.config, rng=random.Random(self._rng.getrandbits(64)))
+
+    def _start_load(self, tp: TopicIdPartition, leader_epoch: int) -> None:
+        context = _ShardContext(tp, leader_epoch, self._new_shard())
+        self._shards[tp.partition_id] = context
+        self._launch_load(context)
+
+    def _launch_load(self, context: _ShardContext) -> None:
+        context.generation += 1
+        context.state = _State.LOADING
+        context.shard = self._new_shard()
+        context.load_task = asyncio.get_running_loop().create_task(
+            self._load(context, context.generation),
+            name=f"group-coordinator-{self.broker_id}-load-{context.tp.partition_id}")
+
+    def _reload(self, context: _ShardContext, why: str) -> None:
+        if self._shards.get(context.tp.partition_id) is not context:
+            return
+        log.warning("broker %d: reloading %s-%d: %s", self.broker_id, OFFSETS_TOPIC,
+                    context.tp.partition_id, why)
+        if context.load_task is not None:
+            context.load_task.cancel()
+        self._launch_load(context)
+
+    def _unload(self, context: _ShardContext) -> None:
+        log.info("broker %d: unloading %s-%d", self.broker_id, OFFSETS_TOPIC,
+                 context.tp.partition_id)
+        self._shards.pop(context.tp.partition_id, None)
+        if context.load_task is not None:
+            context.load_task.cancel()
+
+    async def _load(self, context: _ShardContext, generation: int) -> None:
+        tp = context.tp
+        while self._shards.get(tp.partition_id) is context and context.generation == generation:
+            started = time.monotonic()
+            try:
+                count = await self._replay(context, generation)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.error("broker %d: loading %s-%d failed (retrying in %d ms): %s",
+                          self.broker_id, OFFSETS_TOPIC, tp.partition_id, LOAD_RETRY_MS, error)
+                context.shard = self._new_shard()
+                await asyncio.sleep(LOAD_RETRY_MS / 1000)
+                continue
+            if count < 0:
+                return  # superseded
+            context.state = _State.ACTIVE
+            log.info("broker %d: loaded %s-%d (%d records in %.0f ms)", self.broker_id,
+                     OFFSETS_TOPIC, tp.partition_id, count, (time.monotonic() - started) * 1000)
+            return
+
+    async def _replay(self, context: _ShardContext, generation: int) -> int:
+        """Replay the partition into ``context.shard``; the record count, or -1 if the context
+        was unloaded or reloaded meanwhile."""
+        tp = context.tp
+        offset = self._partitions.log_start_offset(tp)
+        target = -1
+        count = 0
+        while True:
+            if self._shards.get(tp.partition_id) is not context \
+                    or context.generation != generation:
+                return -1
+            info = self._partitions.read(tp, offset, LOAD_READ_BYTES)
+            if target < 0:
+                target = info.log_end_offset
+            for data in info.batches:
+                batch = parse_batch(data)
+                for record in decode_records(batch):
+                    if record.key is None:
+                        raise UnknownServerError(f"a keyless record at offset {record.offset}")
+                    context.shard.replay(decode(record.key, record.value))
+                    count += 1
+                offset = batch.base_offset + batch.record_count
+            if offset >= target:
+                return count
+            if not info.batches:
+                await asyncio.sleep(LOAD_POLL_MS / 1000)  # the HW has not reached the target
+
+
+def _batches(records: list[GroupRecord]) -> Iterator[bytes]:
+    """The records as batches of at most WRITE_BATCH_BYTES of keys and values."""
+    now_ms = _wall_ms()
+    chunk: list[NewRecord] = []
+    size = 0
+    for record in records:
+        key, value = record.encode()
+        if chunk and size + len(key) + len(value or b"") > WRITE_BATCH_BYTES:
+            yield build_batch(chunk, now_ms=now_ms, max_bytes=limits.MESSAGE_BYTES_MAX)
+            chunk, size = [], 0
+        chunk.append(NewRecord(key, value))
+        size += len(key) + len(value or b"")
+    if chunk:
+        yield build_batch(chunk, now_ms=now_ms, max_bytes=limits.MESSAGE_BYTES_MAX)
+
+
+def _coordinator_error(error: TidelogError) -> TidelogError:
+    """What a client is told when the coordinator's write failed (Kafka's mapping)."""
+    if error.code in _NOT_COORDINATOR_CODES:
+        return NotCoordinatorError(f"the coordinator lost its partition: {error.message}")
+    if error.code in _SERVER_ERROR_CODES:
+        return UnknownServerError(f"the coordinator's write was refused: {error.message}")
+    return CoordinatorNotAvailableError(f"the coordinator's write failed: {error.message}")
