@@ -1,0 +1,159 @@
+"""broker/group/runtime.py on a real replica manager (real partitions, real RocksDB, in-process).
+
+What it checks:
+
+* a shard loads when its broker leads the offsets partition, and answers
+  COORDINATOR_LOAD_IN_PROGRESS until the load ran; a broker that does not lead it answers
+  NOT_COORDINATOR; with no offsets topic the answer is COORDINATOR_NOT_AVAILABLE and the topic's
+  creation is asked for (once while it runs);
+* what a shard wrote (a member joining, an offset commit) is in the partition: a second runtime
+  loading the same partition gets the same state (same digest) and the committed offset;
+* a failed append (the broker refuses appends while its metadata catches up) answers
+  NOT_COORDINATOR and reloads the shard from the log, so the commit that failed is not visible
+  afterwards (without the reload the shard's memory would keep it);
+* the image losing the topic unloads the shard.
+
+How: the in-process cluster of tests/unit/test_replica_manager.py with one broker; the runtime
+and the group handlers are driven directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from test_replica_manager import Cluster, scenario, until
+
+from broker.group.runtime import GroupCoordinatorRuntime
+from broker.handlers.groups import GroupHandlers
+from broker.metadata_listener import MetadataUpdate
+from tidelog.config import parse_config
+from tidelog.errors import InvalidConfigError
+from tidelog.metadata.delta import LocalReplicaChanges
+from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.topic_names import OFFSETS_TOPIC
+from tidelog.v1 import broker_pb2 as pb
+from tidelog.v1.common_pb2 import ErrorCode
+
+GROUP = "group"
+TOPIC = "orders"
+
+
+class Runtime:
+    """A runtime and its handlers on broker 1's replica manager, fed the broker's image."""
+
+    def __init__(self, c: Cluster, broker_id: int = 1) -> None:
+        self.c = c
+        self.creations = 0
+        self.runtime = GroupCoordinatorRuntime(
+            broker_id=broker_id, partitions=c.managers[1], image=lambda: self.image,
+            create_topic=self._create, seed=7)
+        self.image = c.managers[1].image
+        self.handlers = GroupHandlers(self.runtime, lambda: self.image)
+
+    async def _create(self) -> None:
+        self.creations += 1
+
+    def publish(self, image: MetadataImage) -> None:
+        self.image = image
+        self.runtime.on_metadata_update(
+            MetadataUpdate(MetadataImage.empty(), image, None, LocalReplicaChanges((), (), ())),
+            image)
+
+    async def loaded(self) -> None:
+        await until(lambda: bool(self.runtime.active_shards()), "the shard to load")
+
+    async def join(self) -> pb.ConsumerGroupHeartbeatResponse:
+        return await self.handlers.consumer_group_heartbeat(pb.ConsumerGroupHeartbeatRequest(
+            group_id=GROUP, member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=[TOPIC], subscription_changed=True))
+
+    async def commit(self, member: pb.ConsumerGroupHeartbeatResponse, offset: int
+                     ) -> pb.OffsetCommitResponse:
+        return await self.handlers.offset_commit(pb.OffsetCommitRequest(
+            group_id=GROUP, member_id=member.member_id, member_epoch=member.member_epoch,
+            topics=[pb.OffsetCommitRequest.Topic(name=TOPIC, partitions=[
+                pb.OffsetCommitRequest.Partition(partition_id=0, committed_offset=offset,
+                                                 committed_leader_epoch=-1)])]))
+
+    async def committed(self) -> int:
+        answer = await self.handlers.offset_fetch(pb.OffsetFetchRequest(
+            group_id=GROUP, topics=[pb.OffsetFetchRequest.Topic(name=TOPIC, partitions=[0])]))
+        assert answer.error_code == ErrorCode.NONE, answer
+        return int(answer.topics[0].partitions[0].committed_offset)
+
+
+def test_load_write_replay_and_reload_after_a_failed_append(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(TOPIC, [[1], [1]])
+        c.create_topic(OFFSETS_TOPIC, [[1]], {"cleanup.policy": "compact"})
+        first = Runtime(c)
+        first.publish(c.managers[1].image)
+        assert (await first.join()).error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        await first.loaded()
+
+        member = await first.join()
+        assert member.error_code == ErrorCode.NONE, member
+        commit = await first.commit(member, 42)
+        assert commit.topics[0].partitions[0].error_code == ErrorCode.NONE, commit
+        assert await first.committed() == 42
+
+        # Another coordinator loading the partition replays the same state.
+        second = Runtime(c)
+        second.publish(c.managers[1].image)
+        await second.loaded()
+        assert second.runtime.active_shards()[0].state.digest() == \
+            first.runtime.active_shards()[0].state.digest()
+        assert await second.committed() == 42
+
+        # A failed append: the commit is answered NOT_COORDINATOR and not kept in memory.
+        c.caught_up[1] = False
+        failed = await first.commit(member, 99)
+        assert failed.error_code == ErrorCode.NOT_COORDINATOR, failed
+        assert failed.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+        c.caught_up[1] = True
+        await first.loaded()
+        assert await first.committed() == 42, "the shard was reloaded from the log"
+
+        # The topic gone from the image: unloaded, and its creation asked for.
+        first.publish(MetadataImage.empty())
+        assert first.runtime.active_shards() == []
+        assert (await first.join()).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert (await first.join()).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        await asyncio.sleep(0.01)  # the creation task runs
+        assert first.creations == 1
+    scenario(tmp_path, body, broker_ids=(1,))
+
+
+def test_a_broker_that_does_not_lead_the_partition_is_not_the_coordinator(tmp_path: Path
+                                                                          ) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(OFFSETS_TOPIC, [[1]])
+        other = Runtime(c, broker_id=2)  # broker 1 leads the partition
+        other.publish(c.managers[1].image)
+        assert other.runtime.active_shards() == []
+        assert (await other.join()).error_code == ErrorCode.NOT_COORDINATOR
+        fetched = await other.handlers.offset_fetch(pb.OffsetFetchRequest(group_id=GROUP))
+        assert fetched.error_code == ErrorCode.NOT_COORDINATOR
+        found = await other.handlers.find_coordinator(
+            pb.FindCoordinatorRequest(group_ids=[GROUP, ""]))
+        assert [(f.error_code, f.node_id) for f in found.coordinators] == [
+            (ErrorCode.NONE, 1), (ErrorCode.INVALID_GROUP_ID, -1)]
+    scenario(tmp_path, body, broker_ids=(1,))
+
+
+def test_offsets_topic_partitions_config_is_bounded() -> None:
+    base = 'node_id = 1\ndata_dir = "d"\nroles = ["broker"]\n' \
+           '[[controller.voters]]\nid = 9\nhost = "127.0.0.1"\nport = 1\nraft_port = 2\n'
+    assert parse_config(base).broker.offsets_topic_num_partitions == 50
+    assert parse_config(base + "[broker]\noffsets_topic_num_partitions = 3\n") \
+        .broker.offsets_topic_num_partitions == 3
+    for bad in (0, 1001):
+        try:
+            parse_config(base + f"[broker]\noffsets_topic_num_partitions = {bad}\n")
+        except InvalidConfigError as error:
+            assert "offsets_topic_num_partitions" in str(error)
+        else:
+            raise AssertionError(f"{bad} accepted")
