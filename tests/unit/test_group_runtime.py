@@ -11,7 +11,9 @@ What it checks:
 * a failed append (the broker refuses appends while its metadata catches up) answers
   NOT_COORDINATOR and reloads the shard from the log, so the commit that failed is not visible
   afterwards (without the reload the shard's memory would keep it);
-* the image losing the topic unloads the shard.
+* the image losing the topic unloads the shard;
+* the runtime's timer fences a member whose session expired, and writes it: a coordinator
+  loading the partition afterwards has the group (kept by its offset) without the member.
 
 How: the in-process cluster of tests/unit/test_replica_manager.py with one broker; the runtime
 and the group handlers are driven directly.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, scenario, until
 
+from broker.group.coordinator import GroupCoordinatorConfig
 from broker.group.runtime import GroupCoordinatorRuntime
 from broker.handlers.groups import GroupHandlers
 from broker.metadata_listener import MetadataUpdate
@@ -42,12 +45,13 @@ TOPIC = "orders"
 class Runtime:
     """A runtime and its handlers on broker 1's replica manager, fed the broker's image."""
 
-    def __init__(self, c: Cluster, broker_id: int = 1) -> None:
+    def __init__(self, c: Cluster, broker_id: int = 1,
+                 config: GroupCoordinatorConfig | None = None) -> None:
         self.c = c
         self.creations = 0
         self.runtime = GroupCoordinatorRuntime(
             broker_id=broker_id, partitions=c.managers[1], image=lambda: self.image,
-            create_topic=self._create, seed=7)
+            create_topic=self._create, config=config, seed=7)
         self.image = c.managers[1].image
         self.handlers = GroupHandlers(self.runtime, lambda: self.image)
 
@@ -123,6 +127,48 @@ def test_load_write_replay_and_reload_after_a_failed_append(tmp_path: Path) -> N
         assert (await first.join()).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
         await asyncio.sleep(0.01)  # the creation task runs
         assert first.creations == 1
+    scenario(tmp_path, body, broker_ids=(1,))
+
+
+def test_the_timer_fences_an_expired_member_and_writes_it(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(TOPIC, [[1]])
+        c.create_topic(OFFSETS_TOPIC, [[1]])
+        fast = GroupCoordinatorConfig(session_timeout_ms=300, heartbeat_interval_ms=100)
+        first = Runtime(c, config=fast)
+        await first.runtime.start()
+        try:
+            first.publish(c.managers[1].image)
+            await first.loaded()
+            member = await first.join()
+            assert member.error_code == ErrorCode.NONE, member
+            # An offset keeps the group once empty (an empty group without offsets is deleted).
+            assert (await first.commit(member, 5)).topics[0].partitions[0].error_code == \
+                ErrorCode.NONE
+
+            async def members() -> int:
+                answer = await first.handlers.describe_groups(
+                    pb.DescribeGroupsRequest(group_ids=[GROUP]))
+                assert answer.groups[0].error_code == ErrorCode.NONE, answer
+                return len(answer.groups[0].members)
+            assert await members() == 1
+            for _ in range(100):  # the session (300 ms) and a timer tick (500 ms), bounded
+                if await members() == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert await members() == 0, "the member was not fenced"
+        finally:
+            await first.runtime.stop()
+        second = Runtime(c)
+        second.publish(c.managers[1].image)
+        await second.loaded()
+        described = await second.handlers.describe_groups(
+            pb.DescribeGroupsRequest(group_ids=[GROUP]))
+        assert described.groups[0].error_code == ErrorCode.NONE, described
+        assert list(described.groups[0].members) == [], "the fencing was written"
+        assert described.groups[0].state == "Empty"
+        assert await second.committed() == 5
     scenario(tmp_path, body, broker_ids=(1,))
 
 
