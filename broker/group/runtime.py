@@ -160,7 +160,6 @@ class GroupCoordinatorRuntime:
         self._topic_id: bytes | None = None
         self._creating: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -169,7 +168,7 @@ class GroupCoordinatorRuntime:
             self._run_timers(), name=f"group-coordinator-{self.broker_id}-timers")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._timer, self._creating, *self._tasks) if t is not None]
+        tasks = [t for t in (self._timer, self._creating) if t is not None]
         tasks += [c.load_task for c in self._shards.values() if c.load_task is not None]
         for task in tasks:
             task.cancel()
