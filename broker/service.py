@@ -23,6 +23,7 @@ from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits
 from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.topic_names import INTERNAL_TOPICS
 from tidelog.peer_auth import authenticated_broker_id
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc, common_pb2
@@ -31,8 +32,6 @@ from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.broker")
 
-#: The internal topic holding consumer-group offsets (Kafka's name).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 #: What one ProduceStream / FetchStream may hold (see broker.stream_limits).
 PRODUCE_STREAM_LIMITS = StreamLimits(limits.PRODUCE_STREAM_IN_FLIGHT_MAX,
                                      limits.STREAM_HELD_BYTES_MAX)
