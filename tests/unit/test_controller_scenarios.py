@@ -21,12 +21,9 @@ Run with TIDELOG_REWRITE_GOLDEN=1 to rewrite the expected output from what the c
 
 from __future__ import annotations
 
-import difflib
-import os
 import pathlib
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -38,6 +35,7 @@ from controller_testkit import (
     create_topic,
     register_request,
 )
+from golden import check_golden
 from google.protobuf.message import Message
 
 from controller.control import ControllerResult, ReplayOutcome
@@ -45,45 +43,7 @@ from tidelog.metadata.records import describe_message, image_from_snapshot
 from tidelog.v1 import controller_pb2
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "controller"
-REWRITE = os.environ.get("TIDELOG_REWRITE_GOLDEN") == "1"
 HEX = 8  # bytes shown as this many hex characters
-
-
-@dataclass
-class Block:
-    preamble: list[str]  # comment lines before the command
-    command: str
-    expected: list[str]
-
-
-def parse(text: str) -> list[Block]:
-    blocks: list[Block] = []
-    preamble: list[str] = []
-    lines = text.splitlines()
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        if not line.strip() or line.startswith("#"):
-            if line.strip():
-                preamble.append(line)
-            index += 1
-            continue
-        assert lines[index + 1] == "----", f"line {index + 2}: expected ---- after a command"
-        index += 2
-        expected = []
-        while index < len(lines) and lines[index].strip():
-            expected.append(lines[index])
-            index += 1
-        blocks.append(Block(preamble, line, expected))
-        preamble = []
-    return blocks
-
-
-def render(blocks: list[Block], outputs: list[list[str]]) -> str:
-    out: list[str] = []
-    for block, output in zip(blocks, outputs, strict=True):
-        out.extend([*block.preamble, block.command, "----", *output, ""])
-    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def _ints(text: str) -> list[int]:
@@ -379,20 +339,7 @@ def _scenario_files() -> list[pathlib.Path]:
 
 @pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)
 def test_scenario(path: pathlib.Path) -> None:
-    text = path.read_text()
-    blocks = parse(text)
-    runner = Runner()
-    outputs = [runner.run(block.command) for block in blocks]
-    actual = render(blocks, outputs)
-    if REWRITE:
-        path.write_text(actual)
-        return
-    if actual != text:
-        diff = "".join(difflib.unified_diff(
-            text.splitlines(keepends=True), actual.splitlines(keepends=True),
-            fromfile=f"{path.name} (expected)", tofile=f"{path.name} (actual)",
-        ))
-        pytest.fail(f"golden output differs (TIDELOG_REWRITE_GOLDEN=1 rewrites):\n{diff}")
+    check_golden(path, Runner().run)
 
 
 def test_scenario_files_exist() -> None:

@@ -16,14 +16,13 @@ Run with TIDELOG_REWRITE_GOLDEN=1 to rewrite the expected output (then review th
 
 from __future__ import annotations
 
-import difflib
-import os
 import pathlib
 import random
 import shlex
 from dataclasses import replace
 
 import pytest
+from golden import check_golden
 from group_testkit import Renderer, check_invariants, scenario_assignors, topic_metadata
 
 from broker.group.assignment import TopicMetadata
@@ -33,35 +32,6 @@ from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import groups_pb2 as gpb
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "groups"
-REWRITE = os.environ.get("TIDELOG_REWRITE_GOLDEN") == "1"
-
-
-def parse(text: str) -> list[tuple[list[str], str, list[str]]]:
-    """(comment lines, command, expected lines) per block; the controller runner's format."""
-    blocks, preamble, lines, index = [], [], text.splitlines(), 0
-    while index < len(lines):
-        line = lines[index]
-        if not line.strip() or line.startswith("#"):
-            if line.strip():
-                preamble.append(line)
-            index += 1
-            continue
-        assert lines[index + 1] == "----", f"line {index + 2}: expected ---- after a command"
-        index += 2
-        expected = []
-        while index < len(lines) and lines[index].strip():
-            expected.append(lines[index])
-            index += 1
-        blocks.append((preamble, line, expected))
-        preamble = []
-    return blocks
-
-
-def render(blocks: list[tuple[list[str], str, list[str]]], outputs: list[list[str]]) -> str:
-    out: list[str] = []
-    for (preamble, command, _), output in zip(blocks, outputs, strict=True):
-        out.extend([*preamble, command, "----", *output, ""])
-    return "\n".join(out).rstrip("\n") + "\n"
 
 
 class Runner:
@@ -206,18 +176,7 @@ def _scenario_files() -> list[pathlib.Path]:
 
 @pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)
 def test_scenario(path: pathlib.Path) -> None:
-    text = path.read_text()
-    blocks = parse(text)
-    runner = Runner()
-    actual = render(blocks, [runner.run(command) for _, command, _ in blocks])
-    if REWRITE:
-        path.write_text(actual)
-        return
-    if actual != text:
-        diff = "".join(difflib.unified_diff(
-            text.splitlines(keepends=True), actual.splitlines(keepends=True),
-            fromfile=f"{path.name} (expected)", tofile=f"{path.name} (actual)"))
-        pytest.fail(f"golden output differs (TIDELOG_REWRITE_GOLDEN=1 rewrites):\n{diff}")
+    check_golden(path, Runner().run)
 
 
 def test_scenario_files_exist() -> None:
