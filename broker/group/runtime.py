@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from broker.group.assignment import TopicMetadata
 from broker.group.coordinator import (
@@ -59,6 +59,9 @@ from tidelog.metadata.image import MetadataImage, TopicImage
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.record_batch import NewRecord, build_batch, decode_records, parse_batch
 from tidelog.v1.common_pb2 import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.partition import Partition
 
 log = logging.getLogger("tidelog.broker.group")
 
@@ -91,10 +94,13 @@ ShardOp = Callable[[GroupCoordinatorShard], tuple[list[GroupRecord], R]]
 
 
 class CoordinatorPartitions(PartitionWriter, Protocol):
-    """What the runtime needs of the replica manager: the typed append/read, and the log start
-    of a hosted partition (where a load begins)."""
+    """What the runtime needs of the replica manager: the typed append/read, the log start
+    of a hosted partition (where a load begins), and a hosted partition (its HW, for lag)."""
 
     def log_start_offset(self, tp: TopicIdPartition) -> int:
+        ...
+
+    def partition(self, topic_id: bytes, partition_id: int) -> Partition | None:
         ...
 
 
@@ -182,6 +188,14 @@ class GroupCoordinatorRuntime:
 
     def partition_of(self, group_id: str, topic: TopicImage) -> int:
         return partition_for(group_id, topic.num_partitions)
+
+    def high_watermark(self, topic: str, partition_id: int) -> int | None:
+        """The HW of ``topic-partition_id`` if this broker hosts it (leader or follower), else
+        None: the image alone says nothing of a partition's HW."""
+        found = self._image().topics.get(topic)
+        hosted = None if found is None else self._partitions.partition(found.topic_id,
+                                                                       partition_id)
+        return None if hosted is None else hosted.log.high_watermark
 
     def ensure_offsets_topic(self) -> None:
         """Start creating ``__consumer_offsets`` unless it exists or a creation is under way."""

@@ -131,12 +131,26 @@ class GroupHandlers:
     async def offset_fetch(self, request: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         try:
             _check_group_id(request.group_id)
-            return await self.runtime.read(request.group_id,
-                                           lambda shard: shard.offset_fetch(request))
+            response = await self.runtime.read(request.group_id,
+                                               lambda shard: shard.offset_fetch(request))
         except TidelogError as error:
             response = pb.OffsetFetchResponse()
             set_error(response, error)
             return response
+        self._fill_lag(response)
+        return response
+
+    def _fill_lag(self, response: pb.OffsetFetchResponse) -> None:
+        """lag = HW - committed offset (floored at 0: a commit may run ahead of a follower's
+        HW) where this broker hosts the partition; else it stays -1 (the shard stays pure: it
+        knows offsets, not logs)."""
+        for topic in response.topics:
+            for partition in topic.partitions:
+                if partition.error_code != common_pb2.NONE or partition.committed_offset < 0:
+                    continue
+                hw = self.runtime.high_watermark(topic.name, partition.partition_id)
+                if hw is not None:
+                    partition.lag = max(0, hw - partition.committed_offset)
 
     # --- admin ---------------------------------------------------------------------------------
 
