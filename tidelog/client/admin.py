@@ -30,7 +30,10 @@ from tidelog.client.records import TopicPartition
 from tidelog.errors import (
     DuplicateResourceError,
     ErrorCode,
+    InvalidGroupIdError,
     InvalidRequestError,
+    NetworkError,
+    RequestTimedOutError,
     TidelogError,
     error_for_code,
 )
@@ -46,6 +49,10 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "CreatedTopic",
+    "GroupDescription",
+    "GroupListing",
+    "GroupMemberDescription",
+    "GroupOffset",
     "NewTopic",
     "PartitionDescription",
     "QuorumDescription",
@@ -62,6 +69,11 @@ V = TypeVar("V")
 _WRITE_RETRY_CODES = frozenset({
     ErrorCode.NOT_CONTROLLER, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.NETWORK_EXCEPTION,
+})
+#: Codes that say "find the coordinator again and resend" (Kafka's coordinator errors).
+_COORDINATOR_RETRY_CODES = frozenset({
+    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.NOT_COORDINATOR,
 })
 _SOURCES = {
     controller_pb2.CONFIG_SOURCE_DEFAULT: "default",
@@ -240,6 +252,53 @@ class QuorumDescription:
     responder_id: int
     metadata_offset: int
     voters: tuple[VoterDescription, ...]
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    """A consumer group as its coordinator lists it (state: Empty, Assigning, Reconciling,
+    Stable or Dead) and the broker that coordinates it."""
+
+    group_id: str
+    state: str
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class GroupMemberDescription:
+    """A member of a consumer group: its ids, epoch, subscription and current assignment."""
+
+    member_id: str
+    instance_id: str
+    client_host: str
+    member_epoch: int
+    subscribed_topics: tuple[str, ...]
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A consumer group: state, group and assignment epochs, server assignor, members."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[GroupMemberDescription, ...]
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A committed offset of a group: the next offset to consume, its leader epoch (-1
+    unknown), the committer's metadata, and the lag (high watermark - offset, floored at 0;
+    -1 when the coordinator's broker does not host the partition)."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    lag: int
 
 
 # ---------------------------------------------------------------------------------- client
@@ -564,6 +623,189 @@ class Admin:
                                  resp.high_watermark, resp.responder_id, resp.metadata_offset,
                                  voters)
 
+    # ------------------------------------------------------------------ groups
+    def list_groups(self, *, timeout_ms: int | None = None) -> dict[str, GroupListing]:
+        """Every consumer group of the cluster, by id: ListGroups to every live broker (each
+        lists the groups it coordinates), merged. A broker that does not answer by the
+        deadline raises its error."""
+        wait = self._timeout(timeout_ms)
+        return dict(sorted(self._run(self._list_groups(wait), wait).items()))
+
+    async def _list_groups(self, wait_ms: int) -> dict[str, GroupListing]:
+        deadline = monotonic_ms() + wait_ms
+        resp = await self._read("Metadata", broker_pb2.MetadataRequest(topics=[]), wait_ms)
+        snap = ClusterSnapshot.from_response(resp, now_ms=monotonic_ms(), previous=None,
+                                             all_topics=False)
+        live = sorted((b.broker_id, b.address) for b in snap.brokers.values() if not b.fenced)
+        answers = await asyncio.gather(*(
+            self._retrying(f"ListGroups to broker {node}", deadline, idempotent=True,
+                           send=_send_to(self._conns, address, "ListGroups",
+                                         broker_pb2.ListGroupsRequest(), self._request_timeout_ms,
+                                         deadline))
+            for node, address in live))
+        found: dict[str, GroupListing] = {}
+        for (node, _), answer in zip(live, answers, strict=True):
+            for g in answer.groups:
+                found[g.group_id] = GroupListing(g.group_id, g.state, node)
+        return found
+
+    def describe_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+                        ) -> AdminResult[str, GroupDescription]:
+        """Each group's state, epochs, assignor and members, from its coordinator. Per-group
+        errors: GroupIdNotFoundError, InvalidGroupIdError, a coordinator error past the
+        deadline."""
+        wanted = list(group_ids)
+        _no_duplicates(wanted)
+        wait = self._timeout(timeout_ms)
+        result: AdminResult[str, GroupDescription] = self._run(
+            self._per_group(wanted, wait, self._describe_group), wait)
+        return _ordered(result, wanted)
+
+    async def _describe_group(self, group_id: str, deadline: int) -> GroupDescription:
+        node, resp = await self._group_call(
+            group_id, "DescribeGroups", broker_pb2.DescribeGroupsRequest(group_ids=[group_id]),
+            deadline, idempotent=True, first=lambda r: r.groups)
+        g = resp.groups[0]
+        names = await self._topic_names(
+            [a for m in g.members for a in m.assignment if not a.topic], deadline)
+        members = tuple(
+            GroupMemberDescription(
+                m.member_id, m.instance_id, m.client_host, m.member_epoch,
+                tuple(m.subscribed_topic_names),
+                tuple(TopicPartition(a.topic or names.get(bytes(a.topic_id), ""), p)
+                      for a in m.assignment for p in a.partitions))
+            for m in g.members)
+        return GroupDescription(g.group_id, g.state, g.group_epoch, g.assignment_epoch,
+                                g.assignor_name, members, node)
+
+    async def _topic_names(self, unnamed: list[broker_pb2.TopicPartitions], deadline: int
+                           ) -> dict[bytes, str]:
+        """Topic id -> name for assignments given by id only (from Metadata); a topic deleted
+        since keeps its id as its name."""
+        if not unnamed:
+            return {}
+        resp = await self._metadata.call_any("Metadata", broker_pb2.MetadataRequest(),
+                                             deadline_ms=deadline)
+        names = {bytes(t.topic_id): t.name for t in resp.topics if t.error_code == 0}
+        for a in unnamed:
+            names.setdefault(bytes(a.topic_id), _topic_id(a.topic_id))
+        return names
+
+    def delete_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+                      ) -> AdminResult[str, None]:
+        """Delete groups and their committed offsets. Per-group errors: NonEmptyGroupError
+        (members are in it), GroupIdNotFoundError, InvalidGroupIdError."""
+        wanted = list(group_ids)
+        _no_duplicates(wanted)
+        wait = self._timeout(timeout_ms)
+        result: AdminResult[str, None] = self._run(
+            self._per_group(wanted, wait, self._delete_group), wait)
+        return _ordered(result, wanted)
+
+    async def _delete_group(self, group_id: str, deadline: int) -> None:
+        await self._group_call(
+            group_id, "DeleteGroups", broker_pb2.DeleteGroupsRequest(group_ids=[group_id]),
+            deadline, idempotent=False, first=lambda r: r.results)
+
+    def list_group_offsets(self, group_id: str,
+                           partitions: Iterable[TopicPartition] | None = None, *,
+                           timeout_ms: int | None = None) -> dict[TopicPartition, GroupOffset]:
+        """The group's committed offsets (all of them, or those of ``partitions``; a partition
+        without a commit has offset -1), with metadata and lag. Raises the group's error
+        (InvalidGroupIdError, a coordinator error past the deadline) or a partition's."""
+        request = broker_pb2.OffsetFetchRequest(group_id=group_id)
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            for topic, pids in sorted(by_topic.items()):
+                request.topics.add(name=topic, partitions=sorted(set(pids)))
+        wait = self._timeout(timeout_ms)
+        _, resp = self._run(self._group_call(
+            group_id, "OffsetFetch", request, monotonic_ms() + wait, idempotent=True,
+            first=None), wait)
+        found: dict[TopicPartition, GroupOffset] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise _group_error(group_id, p.error_code,
+                                       f"{t.name}-{p.partition_id}: {p.error_message}")
+                found[TopicPartition(t.name, p.partition_id)] = GroupOffset(
+                    p.committed_offset, p.committed_leader_epoch, p.metadata, p.lag)
+        return dict(sorted(found.items()))
+
+    async def _per_group(self, group_ids: list[str], wait_ms: int,
+                         one: Any) -> AdminResult[str, Any]:
+        deadline = monotonic_ms() + wait_ms
+        result: AdminResult[str, Any] = AdminResult()
+        outcomes = await asyncio.gather(*(one(g, deadline) for g in group_ids),
+                                        return_exceptions=True)
+        for group_id, outcome in zip(group_ids, outcomes, strict=True):
+            if isinstance(outcome, TidelogError):
+                result.errors[group_id] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                result.values[group_id] = outcome
+        return result
+
+    async def _group_call(self, group_id: str, method: str, request: Any, deadline: int, *,
+                          idempotent: bool, first: Any) -> tuple[int, Any]:
+        """(coordinator id, response) of ``method`` sent to the group's coordinator, found
+        again on every retriable error until ``deadline``. ``first`` picks the per-group
+        items of the response (None: the error is request-level)."""
+        if not group_id:
+            raise InvalidGroupIdError("the group id must not be empty")
+        where: list[int] = [-1]
+
+        async def send() -> Any:
+            node, address = await self._find_coordinator(group_id, deadline)
+            where[0] = node
+            resp = await self._conns.call(address, method, request,
+                                          timeout_ms=_remaining(self, deadline))
+            items = list(first(resp)) if first is not None else []
+            code, message = ((items[0].error_code, items[0].error_message) if items
+                             else (resp.error_code, resp.error_message) if first is None
+                             else (ErrorCode.NONE, ""))
+            if code:
+                raise _group_error(group_id, code, message)
+            return resp
+
+        resp = await self._retrying(f"group {group_id!r}", deadline, idempotent=idempotent,
+                                    send=send)
+        return where[0], resp
+
+    async def _find_coordinator(self, group_id: str, deadline: int) -> tuple[int, str]:
+        resp = await self._metadata.call_any(
+            "FindCoordinator", broker_pb2.FindCoordinatorRequest(group_ids=[group_id]),
+            deadline_ms=deadline)
+        if not resp.coordinators:
+            raise _group_error(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               "FindCoordinator answered nothing")
+        c = resp.coordinators[0]
+        if c.error_code:
+            raise _group_error(group_id, c.error_code, c.error_message)
+        return c.node_id, f"{c.endpoint.host}:{c.endpoint.port}"
+
+    async def _retrying(self, what: str, deadline: int, *, idempotent: bool, send: Any) -> Any:
+        """``send()`` until it succeeds, retrying the coordinator errors and unreachable
+        brokers (and timeouts, if ``idempotent``) with backoff; bounded by ``deadline``."""
+        retried: tuple[type[TidelogError], ...] = (
+            (NetworkError, RequestTimedOutError) if idempotent else (NetworkError,))
+        attempts = 0
+        while True:
+            try:
+                return await send()
+            except TidelogError as error:
+                if error.code not in _COORDINATOR_RETRY_CODES and not isinstance(error, retried):
+                    raise
+                attempts += 1
+                delay = self._backoff.delay_ms(attempts, _rng)
+                if monotonic_ms() + delay >= deadline:
+                    raise
+                await asyncio.sleep(delay / 1000)
+
+
     # ------------------------------------------------------------------ plumbing
     def _timeout(self, timeout_ms: int | None) -> int:
         if timeout_ms is not None and timeout_ms <= 0:
@@ -621,6 +863,28 @@ class Admin:
 
 
 _rng = random.Random()
+
+
+def _group_error(group_id: str, code: int, message: str) -> TidelogError:
+    """The typed error of ``code``, its message naming the group."""
+    return error_for_code(code, f"group {group_id!r}: {message or ErrorCode.Name(code)}")
+
+
+def _remaining(admin: Admin, deadline: int) -> int:
+    return max(1, min(admin._request_timeout_ms, deadline - monotonic_ms()))
+
+
+def _send_to(conns: Connections, address: str, method: str, request: Any, request_timeout_ms: int,
+             deadline: int) -> Any:
+    """A ``send()`` for :meth:`Admin._retrying`: one call to one broker, its request-level
+    error raised."""
+    async def send() -> Any:
+        timeout = max(1, min(request_timeout_ms, deadline - monotonic_ms()))
+        resp = await conns.call(address, method, request, timeout_ms=timeout)
+        if resp.error_code:
+            raise error_for_code(resp.error_code, f"{address}: {resp.error_message}")
+        return resp
+    return send
 
 
 def _name_error(name: str) -> TidelogError | None:
