@@ -11,7 +11,8 @@ codes, the shared options, the Admin context, tables and JSON) and never another
   its brokers);
 - ``topic.py``: the ``tidelog topic`` group; its commands are in ``topic_admin.py`` (create,
   list, describe, delete, add-partitions, alter-config, describe-config) and ``topic_data.py``
-  (produce, consume).
+  (produce, consume);
+- ``group.py``: ``tidelog group list|describe|delete`` (consumer groups).
 
 User mistakes and unreachable clusters end in one line on stderr (what failed, why, what to do)
 and a non-zero exit code, never a traceback: every command body runs under :func:`main`'s handler
@@ -26,6 +27,7 @@ import click
 from tidelog.cli.cluster import cluster
 from tidelog.cli.common import run_main
 from tidelog.cli.dev import dev
+from tidelog.cli.group import group
 from tidelog.cli.server import server
 from tidelog.cli.storage import storage
 from tidelog.cli.topic import topic
@@ -38,7 +40,7 @@ def cli() -> None:
     """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
 
 
-for _group in (server, storage, cluster, topic, dev):
+for _group in (server, storage, cluster, topic, group, dev):
     cli.add_command(_group)
 
 
