@@ -1,31 +1,40 @@
-"""``tidelog group list|describe|delete``: consumer groups (modelled on ``rpk group`` and
-Kafka's ``kafka-consumer-groups``).
+"""``tidelog group list|describe|delete|reset-offsets``: consumer groups (modelled on
+``rpk group`` and Kafka's ``kafka-consumer-groups``).
 
 Each command opens an Admin on ``--brokers`` (tidelog.cli.common's ``admin_client``): ``list``
 asks every broker (ListGroups) and merges; ``describe`` asks each group's coordinator for the
 group (DescribeGroups) and its committed offsets with lag (OffsetFetch), and the partitions'
 leaders for their log end offsets (DescribeLogs); ``delete`` deletes groups with no members
-(DeleteGroups). Output is a table or, with ``--format json``, JSON whose field names are part of
-the interface (docs/cli.md lists them); each group that failed ends in one error line.
+(DeleteGroups); ``reset-offsets`` computes new committed offsets of a topic's partitions
+(ListOffsets and the group's OffsetFetch), prints them, and with ``--execute`` commits them as a
+simple consumer (Admin.alter_group_offsets), refused while the group has members. Output is a
+table or, with ``--format json``, JSON whose field names are part of the interface
+(docs/cli.md lists them); each group that failed ends in one error line.
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import click
 
 from tidelog.cli.common import (
+    CliError,
     OneLineCommand,
     OneLineGroup,
     admin_client,
     brokers_option,
     echo_json,
+    fail,
     format_option,
     raise_item_errors,
     table,
     timeout_option,
 )
+from tidelog.client._fetcher import EARLIEST, LATEST
+from tidelog.client.records import TopicPartition
+from tidelog.errors import GroupIdNotFoundError
 
 __all__ = ["group"]
 
@@ -134,3 +143,132 @@ def delete(group_ids: tuple[str, ...], brokers: str, timeout_ms: int, fmt: str) 
     elif rows:
         table(rows)
     raise_item_errors(result.errors, lambda n: f"cannot delete group {n!r}", brokers)
+
+
+_TO_OPTIONS = ("--to-earliest", "--to-latest", "--to-offset", "--to-datetime", "--shift-by")
+
+
+@group.command("reset-offsets", cls=OneLineCommand)
+@click.argument("group_id")
+@click.option("--topic", "topic_spec", required=True, metavar="TOPIC[:P1,P2]",
+              help="the topic, and optionally which of its partitions (default: all)")
+@click.option("--to-earliest", is_flag=True, help="to each partition's log start offset")
+@click.option("--to-latest", is_flag=True, help="to each partition's high watermark")
+@click.option("--to-offset", type=int, default=None, help="to this offset (clamped to the log)")
+@click.option("--to-datetime", default=None, metavar="ISO8601",
+              help="to the first offset at or after this time (UTC if no zone is given)")
+@click.option("--shift-by", type=int, default=None,
+              help="by N from the committed offset (clamped to the log)")
+@click.option("--execute", is_flag=True, help="apply the new offsets (default: a dry run)")
+@brokers_option
+@timeout_option
+@format_option
+def reset_offsets(group_id: str, topic_spec: str, to_earliest: bool, to_latest: bool,
+                  to_offset: int | None, to_datetime: str | None, shift_by: int | None,
+                  execute: bool, brokers: str, timeout_ms: int, fmt: str) -> None:
+    """Reset a group's committed offsets of a topic (the group must have no members).
+
+    Prints each partition's committed offset and the new one; nothing changes without
+    --execute. New offsets are clamped to [log start offset, high watermark], as Kafka's
+    kafka-consumer-groups does."""
+    chosen = [name for name, value in zip(
+        _TO_OPTIONS, (to_earliest, to_latest, to_offset is not None, to_datetime is not None,
+                      shift_by is not None), strict=True) if value]
+    if len(chosen) != 1:
+        raise CliError(f"give exactly one of {', '.join(_TO_OPTIONS)}"
+                       + (f" (got {', '.join(chosen)})" if chosen else ""))
+    topic, wanted = _parse_topic_spec(topic_spec)
+    at_ms = _parse_datetime(to_datetime) if to_datetime is not None else None
+    what = f"cannot reset offsets of group {group_id!r}"
+    with admin_client(brokers, timeout_ms, what) as admin:
+        _refuse_active_members(admin, group_id, what)
+        tps = _partitions_of(admin, topic, wanted, what, brokers)
+        earliest = admin.list_offsets(dict.fromkeys(tps, EARLIEST))
+        latest = admin.list_offsets(dict.fromkeys(tps, LATEST))
+        current = {tp: o.offset for tp, o in admin.list_group_offsets(group_id, tps).items()}
+        by_time = admin.list_offsets(dict.fromkeys(tps, at_ms)) if at_ms is not None else {}
+        new: dict[TopicPartition, int] = {}
+        for tp in tps:
+            if to_earliest:
+                target = earliest[tp]
+            elif to_latest:
+                target = latest[tp]
+            elif to_offset is not None:
+                target = to_offset
+            elif at_ms is not None:
+                target = by_time[tp] if by_time[tp] >= 0 else latest[tp]
+            else:
+                if current.get(tp, -1) < 0:
+                    raise CliError(f"{what}: {tp.topic}-{tp.partition} has no committed offset "
+                                   f"to shift")
+                target = current[tp] + (shift_by or 0)
+            new[tp] = max(earliest[tp], min(latest[tp], target))
+        if execute:
+            admin.alter_group_offsets(group_id, new)
+    rows: list[dict[str, Any]] = [{"topic": tp.topic, "partition": tp.partition,
+             "current_offset": current.get(tp, -1), "new_offset": new[tp]} for tp in tps]
+    if fmt == "json":
+        echo_json(rows)
+    else:
+        table([{"topic": r["topic"], "partition": r["partition"],
+                "current": r["current_offset"] if r["current_offset"] >= 0 else "-",
+                "new": r["new_offset"]} for r in rows])
+    if not execute:
+        click.echo("dry run: nothing changed; --execute applies it", err=True)
+
+
+def _parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
+    """``TOPIC`` or ``TOPIC:P1,P2`` -> (topic, partitions or None for all)."""
+    topic, sep, parts = spec.partition(":")
+    if not topic:
+        raise CliError(f"invalid --topic {spec!r}: write TOPIC or TOPIC:P1,P2")
+    if not sep:
+        return topic, None
+    try:
+        pids = [int(p) for p in parts.split(",")]
+    except ValueError:
+        raise CliError(f"invalid --topic {spec!r}: partitions are numbers, e.g. "
+                       f"{topic}:0,1") from None
+    if any(p < 0 for p in pids) or len(set(pids)) != len(pids):
+        raise CliError(f"invalid --topic {spec!r}: partitions must be distinct and >= 0")
+    return topic, sorted(pids)
+
+
+def _parse_datetime(text: str) -> int:
+    """ISO 8601 -> ms since the epoch; a time without a zone is UTC."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"invalid --to-datetime {text!r}: write ISO 8601, e.g. "
+                       f"2026-01-31T12:00:00Z") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _refuse_active_members(admin: Any, group_id: str, what: str) -> None:
+    """Kafka's rule: offsets are reset only while the group has no members (an unknown group
+    has none)."""
+    described = admin.describe_groups([group_id])
+    error = described.errors.get(group_id)
+    if error is not None and not isinstance(error, GroupIdNotFoundError):
+        raise error
+    found = described.values.get(group_id)
+    if found is not None and found.members:
+        raise CliError(f"{what}: group {group_id!r} has {len(found.members)} active "
+                       f"member(s); stop them first")
+
+
+def _partitions_of(admin: Any, topic: str, wanted: list[int] | None, what: str,
+                   brokers: str) -> list[TopicPartition]:
+    described = admin.describe_topics([topic], include_offsets=False)
+    if topic in described.errors:
+        raise fail(what, described.errors[topic], brokers)
+    count = len(described.values[topic].partitions)
+    if wanted is None:
+        return [TopicPartition(topic, p) for p in range(count)]
+    missing = [p for p in wanted if p >= count]
+    if missing:
+        raise CliError(f"{what}: topic {topic!r} has {count} partitions, no "
+                       f"{', '.join(map(str, missing))}")
+    return [TopicPartition(topic, p) for p in wanted]

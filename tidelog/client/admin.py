@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
-from tidelog.client._fetcher import EARLIEST, LATEST
+from tidelog.client._fetcher import EARLIEST, LATEST, list_offsets
 from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
 from tidelog.client._metadata import Backoff, ClusterSnapshot, MetadataManager
 from tidelog.client.records import TopicPartition
@@ -35,6 +35,7 @@ from tidelog.errors import (
     NetworkError,
     RequestTimedOutError,
     TidelogError,
+    UnknownMemberIdError,
     error_for_code,
 )
 from tidelog.metadata.topic_names import validate_topic_name
@@ -733,6 +734,55 @@ class Admin:
                 found[TopicPartition(t.name, p.partition_id)] = GroupOffset(
                     p.committed_offset, p.committed_leader_epoch, p.metadata, p.lag)
         return dict(sorted(found.items()))
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
+                            timeout_ms: int | None = None) -> None:
+        """Set the group's committed offsets (Kafka's alterConsumerGroupOffsets): an
+        OffsetCommit as a simple consumer (member id "", epoch -1), which the coordinator
+        accepts only while the group has no members. Raises UnknownMemberIdError saying the
+        group has active members, the group's error, or the first partition's error (naming
+        the group and the partition)."""
+        if not offsets:
+            return
+        request = broker_pb2.OffsetCommitRequest(group_id=group_id, member_id="",
+                                                 member_epoch=-1)
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for tp, offset in offsets.items():
+            if offset < 0:
+                raise InvalidRequestError(f"group {group_id!r}: offset {offset} of {tp} is "
+                                          f"negative")
+            by_topic.setdefault(tp.topic, []).append((tp.partition, offset))
+        for topic, parts in sorted(by_topic.items()):
+            item = request.topics.add(name=topic)
+            for pid, offset in sorted(parts):
+                item.partitions.add(partition_id=pid, committed_offset=offset,
+                                    committed_leader_epoch=-1)
+        wait = self._timeout(timeout_ms)
+        try:
+            _, resp = self._run(self._group_call(
+                group_id, "OffsetCommit", request, monotonic_ms() + wait, idempotent=True,
+                first=None), wait)
+        except UnknownMemberIdError as error:
+            raise UnknownMemberIdError(
+                f"group {group_id!r} has active members; stop them first "
+                f"(a simple commit is accepted only while the group has none)") from error
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise _group_error(group_id, p.error_code,
+                                       f"{t.name}-{p.partition_id}: {p.error_message}")
+
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
+                     timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """The offset of each partition at a timestamp (ms), or at EARLIEST (-2, the log start
+        offset) / LATEST (-1, the high watermark), asked of each partition's leader (ListOffsets,
+        retried on leader changes until the deadline). -1 for a timestamp after every record.
+        Raises the first partition's non-retriable error (UnknownTopicOrPartitionError)."""
+        wait = self._timeout(timeout_ms)
+        found: dict[TopicPartition, tuple[int, int]] = self._run(list_offsets(
+            self._metadata, self._conns, timestamps, deadline_ms=monotonic_ms() + wait,
+            request_timeout_ms=self._request_timeout_ms, backoff=self._backoff), wait)
+        return {tp: found[tp][0] for tp in sorted(found)}
 
     async def _per_group(self, group_ids: list[str], wait_ms: int,
                          one: Any) -> AdminResult[str, Any]:
