@@ -122,6 +122,8 @@ class FakeCluster:
         self.slow: dict[str, list[int]] = {}
         self.calls: collections.Counter[tuple[int, str]] = collections.Counter()
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
+        #: every Fetch received: its (topic, partition, fetch offset) triples, in order.
+        self.fetch_requests: list[list[tuple[str, int, int]]] = []
         self.producer_epochs: dict[int, int] = {}
         self.fenced: set[int] = set()
         self.default_partitions = 1
@@ -275,6 +277,10 @@ class FakeCluster:
             p.log_start = offset
 
         self._on_loop(trim)
+
+    def fetches(self) -> list[list[tuple[str, int, int]]]:
+        """The partitions and offsets of every Fetch received so far, in order."""
+        return self._on_loop(lambda: [list(f) for f in self.fetch_requests])
 
     def count(self, rpc: str) -> int:
         return self._on_loop(lambda: sum(c for (_, name), c in self.calls.items() if name == rpc))
@@ -444,6 +450,8 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
     # ------------------------------------------------------------------ fetch
     async def Fetch(self, request: Any, context: Any) -> Any:
         await self._enter("Fetch")
+        self.c.fetch_requests.append([(td.name, pd.partition_id, pd.fetch_offset)
+                                      for td in request.topics for pd in td.partitions])
         fault = self.c.take_fault("FetchRequest", self.id)
         if fault is not None:
             return broker_pb2.FetchResponse(error_code=fault.code, error_message=fault.message)
