@@ -58,6 +58,22 @@ def cluster(tmp_path: Path) -> Iterator[ClusterHarness]:
         yield cluster
 
 
+def group_with_a_commit(cluster: ClusterHarness, client: Client
+                        ) -> tuple[int, pb.ConsumerGroupHeartbeatResponse]:
+    """A 6-partition topic, one member holding all of it that committed COMMITTED on each,
+    and RECORDS records produced to partition 3: (coordinator id, the member)."""
+    create_topic(client, TOPIC, 6)
+    coordinator, member, _ = join_until_assigned(client, GROUP, 6)
+    _, committed = call_coordinator(client, GROUP, "OffsetCommit", commit_request(
+        member.member_id, member.member_epoch, COMMITTED))
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [ErrorCode.NONE]
+    with Producer(cluster.bootstrap) as producer:
+        for i in range(RECORDS):
+            producer.send(TOPIC, b"v%d" % i, partition=3)
+        producer.flush(30_000)
+    return coordinator, member
+
+
 def tidelog(cluster: ClusterHarness, *args: str, ok: bool = True
             ) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
@@ -70,15 +86,7 @@ def tidelog(cluster: ClusterHarness, *args: str, ok: bool = True
 def test_admin_and_cli_list_describe_offsets_and_delete(cluster: ClusterHarness) -> None:
     client = Client(cluster)
     try:
-        create_topic(client, TOPIC, 6)
-        coordinator, member, _ = join_until_assigned(client, GROUP, 6)
-        _, committed = call_coordinator(client, GROUP, "OffsetCommit", commit_request(
-            member.member_id, member.member_epoch, COMMITTED))
-        assert [p.error_code for t in committed.topics for p in t.partitions] == [ErrorCode.NONE]
-        with Producer(cluster.bootstrap) as producer:
-            for i in range(RECORDS):
-                producer.send(TOPIC, b"v%d" % i, partition=3)
-            producer.flush(30_000)
+        coordinator, member = group_with_a_commit(cluster, client)
 
         with Admin(cluster.bootstrap, default_api_timeout_ms=30_000) as admin:
             check_admin(admin, coordinator, member)

@@ -25,25 +25,18 @@ from pathlib import Path
 import pytest
 from cluster_harness import ClusterHarness
 from replica_checks import Client
-from test_group_admin import leave
+from test_group_admin import COMMITTED, RECORDS, group_with_a_commit, leave
 from test_group_coordinator import (
     GROUP,
     OVERRIDES,
     TOPIC,
-    call_coordinator,
-    commit_request,
-    create_topic,
-    join_until_assigned,
 )
 
-from tidelog.client import Admin, Producer, TopicPartition
+from tidelog.client import Admin, TopicPartition
 from tidelog.errors import UnknownMemberIdError
-from tidelog.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 50
-COMMITTED = 20
 CLI_TIMEOUT_S = 60
 TP = TopicPartition(TOPIC, 3)
 
@@ -76,15 +69,7 @@ def plan(result: subprocess.CompletedProcess[str]) -> list[tuple[int, int, int]]
 def test_reset_offsets(cluster: ClusterHarness) -> None:
     client = Client(cluster)
     try:
-        create_topic(client, TOPIC, 6)
-        coordinator, member, _ = join_until_assigned(client, GROUP, 6)
-        _, committed = call_coordinator(client, GROUP, "OffsetCommit", commit_request(
-            member.member_id, member.member_epoch, COMMITTED))
-        assert [p.error_code for t in committed.topics for p in t.partitions] == [ErrorCode.NONE]
-        with Producer(cluster.bootstrap) as producer:
-            for i in range(RECORDS):
-                producer.send(TOPIC, b"v%d" % i, partition=3)
-            producer.flush(30_000)
+        coordinator, member = group_with_a_commit(cluster, client)
 
         with Admin(cluster.bootstrap, default_api_timeout_ms=30_000) as admin:
             def committed_offset() -> int:
