@@ -293,6 +293,11 @@ class GroupMaxSizeReachedError(TidelogError):
     retriable = False
 
 
+class GroupSubscribedToTopicError(TidelogError):
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    retriable = False
+
+
 class FencedInstanceIdError(TidelogError):
     code = ErrorCode.FENCED_INSTANCE_ID
     retriable = False

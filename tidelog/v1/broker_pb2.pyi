@@ -392,7 +392,7 @@ class TopicPartitions(_message.Message):
     def __init__(self, topic_id: _Optional[bytes] = ..., topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ConsumerGroupHeartbeatRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_names", "subscription_changed", "server_assignor", "owned_partitions")
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_names", "subscription_changed", "server_assignor", "owned_partitions", "subscribed_topic_regex")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -403,6 +403,7 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     SUBSCRIPTION_CHANGED_FIELD_NUMBER: _ClassVar[int]
     SERVER_ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
     OWNED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     member_epoch: int
@@ -413,7 +414,8 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     subscription_changed: bool
     server_assignor: str
     owned_partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., subscription_changed: _Optional[bool] = ..., server_assignor: _Optional[str] = ..., owned_partitions: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+    subscribed_topic_regex: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., subscription_changed: _Optional[bool] = ..., server_assignor: _Optional[str] = ..., owned_partitions: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., subscribed_topic_regex: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupHeartbeatResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment", "assignment_changed")
@@ -566,20 +568,26 @@ class DescribeGroupsRequest(_message.Message):
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups",)
     class Member(_message.Message):
-        __slots__ = ("member_id", "instance_id", "client_host", "member_epoch", "assignment", "subscribed_topic_names")
+        __slots__ = ("member_id", "instance_id", "client_host", "member_epoch", "assignment", "subscribed_topic_names", "subscribed_topic_regex", "client_id", "target_assignment")
         MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
         INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
         CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
         MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
         ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
         SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _ClassVar[int]
+        SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _ClassVar[int]
+        CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+        TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
         member_id: str
         instance_id: str
         client_host: str
         member_epoch: int
         assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
         subscribed_topic_names: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., client_host: _Optional[str] = ..., member_epoch: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ...) -> None: ...
+        subscribed_topic_regex: str
+        client_id: str
+        target_assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+        def __init__(self, member_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., client_host: _Optional[str] = ..., member_epoch: _Optional[int] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., subscribed_topic_regex: _Optional[str] = ..., client_id: _Optional[str] = ..., target_assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
     class Group(_message.Message):
         __slots__ = ("group_id", "error_code", "error_message", "state", "group_epoch", "assignment_epoch", "assignor_name", "members")
         GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -608,6 +616,47 @@ class DeleteGroupsRequest(_message.Message):
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     group_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class OffsetDeleteRequest(_message.Message):
+    __slots__ = ("group_id", "topics")
+    class Topic(_message.Message):
+        __slots__ = ("name", "partitions")
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        partitions: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetDeleteRequest.Topic]
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetDeleteRequest.Topic, _Mapping]]] = ...) -> None: ...
+
+class OffsetDeleteResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "topics")
+    class Partition(_message.Message):
+        __slots__ = ("partition_id", "error_code", "error_message")
+        PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+        ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+        ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+        partition_id: int
+        error_code: _common_pb2.ErrorCode
+        error_message: str
+        def __init__(self, partition_id: _Optional[int] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+    class Topic(_message.Message):
+        __slots__ = ("name", "partitions")
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        partitions: _containers.RepeatedCompositeFieldContainer[OffsetDeleteResponse.Partition]
+        def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[OffsetDeleteResponse.Partition, _Mapping]]] = ...) -> None: ...
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetDeleteResponse.Topic]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetDeleteResponse.Topic, _Mapping]]] = ...) -> None: ...
 
 class DeleteGroupsResponse(_message.Message):
     __slots__ = ("results",)

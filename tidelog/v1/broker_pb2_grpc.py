@@ -145,6 +145,11 @@ class BrokerServiceStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/tidelog.v1.BrokerService/OffsetDelete',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -297,6 +302,13 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Deletes committed offsets of chosen partitions (Kafka's OffsetDelete).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -409,6 +421,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.OffsetDeleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1005,6 +1022,33 @@ class BrokerService:
             '/tidelog.v1.BrokerService/DeleteGroups',
             tidelog_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/OffsetDelete',
+            tidelog_dot_v1_dot_broker__pb2.OffsetDeleteRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.OffsetDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,
