@@ -25,6 +25,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from broker.controller_client import ControllerClient
+from broker.group.coordinator import GroupCoordinatorConfig
 from broker.group.runtime import GroupCoordinatorRuntime
 from broker.handlers import DataPlaneHandlers, GroupHandlers
 from broker.lifecycle import BrokerLifecycleManager
@@ -82,7 +83,10 @@ class BrokerRuntime:
         #: The group coordinator's shards (one per __consumer_offsets partition led here).
         self.group_coordinator = GroupCoordinatorRuntime(
             broker_id=config.node_id, partitions=self.replica_manager,
-            image=lambda: self.listener.image, create_topic=self._create_offsets_topic)
+            image=lambda: self.listener.image, create_topic=self._create_offsets_topic,
+            config=GroupCoordinatorConfig(
+                session_timeout_ms=b.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms))
         #: The group RPCs (broker.handlers.groups).
         self.groups = GroupHandlers(self.group_coordinator, lambda: self.listener.image)
 

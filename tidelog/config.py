@@ -142,6 +142,12 @@ class BrokerConfig:
         "partitions of __consumer_offsets when a broker creates it on first use "
         "(offsets.topic.num.partitions); a group's coordinator is the leader of partition "
         "abs(hash(group id)) % this. Fixed once the topic exists", 50)
+    group_consumer_session_timeout_ms: int = _doc(
+        "a group member not heard from for this long is fenced and its partitions move "
+        "(group.consumer.session.timeout.ms)", 45_000)
+    group_consumer_heartbeat_interval_ms: int = _doc(
+        "how often group members heartbeat to their coordinator, told to them in every "
+        "answer (group.consumer.heartbeat.interval.ms); below the session timeout", 5_000)
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,11 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
         raise InvalidConfigError(
             f"broker.offsets_topic_num_partitions must be 1..1000, "
             f"got {cfg.broker.offsets_topic_num_partitions}")
+    if not 0 < cfg.broker.group_consumer_heartbeat_interval_ms < (
+            cfg.broker.group_consumer_session_timeout_ms):
+        raise InvalidConfigError(
+            "broker.group_consumer_heartbeat_interval_ms must be positive and below "
+            "broker.group_consumer_session_timeout_ms")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise InvalidConfigError(f"log_level {cfg.log_level!r} is not a log level")
     if cfg.is_broker and cfg.broker.inter_broker_port == cfg.broker.port:
