@@ -31,10 +31,12 @@ from broker.group.group import ConsumerGroup, ConsumerGroupMember, GroupState
 from broker.group.heartbeat_checks import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ClientIdentity,
     check_member_epoch,
     validate_heartbeat,
 )
 from broker.group.offsets import (
+    delete_offset_records,
     expire_offsets,
     fetch_offsets,
     partition_commit_records,
@@ -154,12 +156,16 @@ class GroupCoordinatorShard:
 
     def consumer_group_heartbeat(
         self, request: pb.ConsumerGroupHeartbeatRequest, *, now_ms: int,
-        topics: Mapping[str, TopicMetadata],
+        topics: Mapping[str, TopicMetadata], client: ClientIdentity | None = None,
     ) -> tuple[list[GroupRecord], pb.ConsumerGroupHeartbeatResponse]:
+        """``client``: the client id and host the request came with (Kafka's request header and
+        connection), kept in the member's record for DescribeGroups."""
         response = pb.ConsumerGroupHeartbeatResponse()
         records: list[GroupRecord] = []
+        client = client or ClientIdentity()
         try:
             validate_heartbeat(request)
+            client.validate()
             if request.server_assignor and request.server_assignor not in self._assignors:
                 raise UnsupportedAssignorError(
                     f"assignor {request.server_assignor!r} is not one of "
@@ -168,8 +174,8 @@ class GroupCoordinatorShard:
                                         LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 self._consumer_group_leave(request, records, response)
             else:
-                self._consumer_group_join_or_heartbeat(request, now_ms, topics, records,
-                                                       response)
+                self._consumer_group_join_or_heartbeat(request, now_ms, topics, client,
+                                                       records, response)
         except TidelogError as error:
             if records:
                 raise InvariantViolation(f"records made before {error!r}") from error
@@ -178,8 +184,8 @@ class GroupCoordinatorShard:
 
     def _consumer_group_join_or_heartbeat(
         self, request: pb.ConsumerGroupHeartbeatRequest, now_ms: int,
-        topics: Mapping[str, TopicMetadata], records: list[GroupRecord],
-        response: pb.ConsumerGroupHeartbeatResponse,
+        topics: Mapping[str, TopicMetadata], client: ClientIdentity,
+        records: list[GroupRecord], response: pb.ConsumerGroupHeartbeatResponse,
     ) -> None:
         group = self.state.groups.get(request.group_id)
         joining = request.member_epoch == 0
@@ -191,7 +197,7 @@ class GroupCoordinatorShard:
         group_id, member_id = request.group_id, member.member_id
         if replaced is not None:
             self._append(records, self._replace_static_member(group_id, replaced, member))
-        updated = _updated_member(member, request)
+        updated = _updated_member(member, request, client)
         is_new = replaced is None and (group is None or member_id not in group.members)
         if is_new or updated.metadata_value() != member.metadata_value():
             self._append(records, [member_metadata_record(group_id, member_id,
@@ -285,6 +291,7 @@ class GroupCoordinatorShard:
         hash_now = metadata_hash(group, topics)
         changed = (new_member
                    or updated.subscribed_topic_names != member.subscribed_topic_names
+                   or updated.subscribed_topic_regex != member.subscribed_topic_regex
                    or updated.server_assignor != member.server_assignor
                    or hash_now != group.metadata_hash)
         if changed:
@@ -404,6 +411,27 @@ class GroupCoordinatorShard:
     def offset_fetch(self, request: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
         return fetch_offsets(self.state, request)
 
+    def offset_delete(self, request: pb.OffsetDeleteRequest, *,
+                      topics: Mapping[str, TopicMetadata]
+                      ) -> tuple[list[GroupRecord], pb.OffsetDeleteResponse]:
+        """Kafka's OffsetDelete: GROUP_ID_NOT_FOUND for a group with neither members nor
+        offsets; else per partition (offsets.delete_offset_records). ``topics`` resolves the
+        members' regex subscriptions."""
+        response = pb.OffsetDeleteResponse()
+        group = self.state.groups.get(request.group_id)
+        try:
+            _validate_group_id(request.group_id)
+            if group is None and request.group_id not in self.state.offsets:
+                raise GroupIdNotFoundError(f"group {request.group_id} does not exist")
+        except TidelogError as error:
+            set_error(response, error)
+            return [], response
+        subscribed = group.subscribed_topic_names(topics) if group is not None else set()
+        records: list[GroupRecord] = []
+        self._append(records, delete_offset_records(self.state, request, response,
+                                                    subscribed=subscribed))
+        return records, response
+
     # --- admin --------------------------------------------------------------------------------
 
     def list_groups(self) -> pb.ListGroupsResponse:
@@ -414,7 +442,12 @@ class GroupCoordinatorShard:
                                 state=group.state if group is not None else "Empty")
         return response
 
-    def describe_groups(self, group_ids: Iterable[str]) -> pb.DescribeGroupsResponse:
+    def describe_groups(self, group_ids: Iterable[str],
+                        topics: Mapping[str, TopicMetadata] | None = None
+                        ) -> pb.DescribeGroupsResponse:
+        """``topics`` (the broker's metadata) names the assignments' topic ids; without it
+        they are given by id only."""
+        names = topics or {}
         response = pb.DescribeGroupsResponse()
         for group_id in group_ids:
             out = response.groups.add(group_id=group_id)
@@ -433,8 +466,12 @@ class GroupCoordinatorShard:
                 out.members.add(
                     member_id=member.member_id, instance_id=member.instance_id,
                     client_host=member.client_host, member_epoch=member.member_epoch,
-                    assignment=_wire_partitions(member.assigned, {}),
-                    subscribed_topic_names=member.subscribed_topic_names)
+                    assignment=_wire_partitions(member.assigned, names),
+                    subscribed_topic_names=member.subscribed_topic_names,
+                    subscribed_topic_regex=member.subscribed_topic_regex,
+                    client_id=member.client_id,
+                    target_assignment=_wire_partitions(
+                        group.target_assignment.get(member.member_id, {}), names))
         return response
 
     def delete_groups(self, group_ids: Iterable[str]
@@ -468,15 +505,20 @@ def _validate_group_id(group_id: str) -> None:
             f"group id must be 1..{limits.GROUP_TEXT_LENGTH_MAX} characters, got {len(group_id)}")
 
 
-def _updated_member(member: ConsumerGroupMember,
-                    request: pb.ConsumerGroupHeartbeatRequest) -> ConsumerGroupMember:
+def _updated_member(member: ConsumerGroupMember, request: pb.ConsumerGroupHeartbeatRequest,
+                    client: ClientIdentity) -> ConsumerGroupMember:
     """The member with what this heartbeat says about it (absent fields: unchanged)."""
     topics = member.subscribed_topic_names
     if request.subscription_changed or request.subscribed_topic_names:
         topics = tuple(sorted(set(request.subscribed_topic_names)))
+    regex = member.subscribed_topic_regex
+    if request.subscription_changed or request.subscribed_topic_regex:
+        regex = request.subscribed_topic_regex
     return replace(
         member, instance_id=request.instance_id or member.instance_id,
         rack_id=request.rack_id or member.rack_id, subscribed_topic_names=topics,
+        subscribed_topic_regex=regex, client_id=client.client_id or member.client_id,
+        client_host=client.client_host or member.client_host,
         server_assignor=request.server_assignor or member.server_assignor,
         rebalance_timeout_ms=(request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
                               else member.rebalance_timeout_ms))

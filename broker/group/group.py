@@ -13,10 +13,15 @@ Session deadlines are soft state of the coordinator (coordinator.py), not part o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from broker.group.assignment import TopicMetadata
 from broker.group.records import GroupRecord, Partitions, from_topic_partitions
+from broker.group.topic_regex import matching_topics
+from tidelog.errors import InvalidRegularExpressionError
 from tidelog.invariants import InvariantViolation
 from tidelog.v1 import groups_pb2 as gpb
 
@@ -45,6 +50,8 @@ class ConsumerGroupMember:
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()
+    #: A regex over topic names (full match), or "": its matches join the names above.
+    subscribed_topic_regex: str = ""
     server_assignor: str = ""
     rebalance_timeout_ms: int = 0
     member_epoch: int = 0
@@ -57,7 +64,18 @@ class ConsumerGroupMember:
         return gpb.ConsumerGroupMemberMetadataValue(
             instance_id=self.instance_id, rack_id=self.rack_id, client_id=self.client_id,
             client_host=self.client_host, subscribed_topic_names=self.subscribed_topic_names,
+            subscribed_topic_regex=self.subscribed_topic_regex,
             server_assignor=self.server_assignor, rebalance_timeout_ms=self.rebalance_timeout_ms)
+
+    def subscribed_topics(self, topics: Mapping[str, TopicMetadata]) -> set[str]:
+        """The topic names the member subscribes to: its names (existing or not) and what its
+        regex matches in ``topics``. A stored regex that no longer compiles matches nothing
+        (heartbeats refuse new invalid ones; an old record must not stop the group)."""
+        names = set(self.subscribed_topic_names)
+        if self.subscribed_topic_regex:
+            with contextlib.suppress(InvalidRegularExpressionError):
+                names |= matching_topics(self.subscribed_topic_regex, topics)
+        return names
 
     def same_assignment(self, other: ConsumerGroupMember) -> bool:
         return (self.member_epoch, self.previous_member_epoch, self.state,
@@ -102,8 +120,10 @@ class ConsumerGroup:
                 return member.member_id
         return None
 
-    def subscribed_topic_names(self) -> set[str]:
-        return {name for m in self.members.values() for name in m.subscribed_topic_names}
+    def subscribed_topic_names(self, topics: Mapping[str, TopicMetadata]) -> set[str]:
+        """Every member's subscribed names and regex matches (regexes resolved in
+        ``topics``)."""
+        return {name for m in self.members.values() for name in m.subscribed_topics(topics)}
 
     def partition_owners(self) -> dict[tuple[bytes, int], str]:
         """partition -> the member that owns it (assigned or not yet revoked)."""
@@ -202,6 +222,7 @@ class GroupState:
             member, instance_id=value.instance_id, rack_id=value.rack_id,
             client_id=value.client_id, client_host=value.client_host,
             subscribed_topic_names=tuple(value.subscribed_topic_names),
+            subscribed_topic_regex=value.subscribed_topic_regex,
             server_assignor=value.server_assignor,
             rebalance_timeout_ms=value.rebalance_timeout_ms)
 
@@ -249,6 +270,7 @@ def _member_line(member: ConsumerGroupMember, target: Partitions | None) -> str:
     return (f"  member {m.member_id} epoch={m.member_epoch} previous={m.previous_member_epoch} "
             f"state={m.state} instance={m.instance_id!r} rack={m.rack_id!r} "
             f"client={m.client_id!r}@{m.client_host!r} topics={list(m.subscribed_topic_names)} "
+            f"regex={m.subscribed_topic_regex!r} "
             f"assignor={m.server_assignor!r} rebalance_timeout={m.rebalance_timeout_ms} "
             f"assigned={_canonical(m.assigned)} pending={_canonical(m.pending_revocation)} "
             f"target={None if target is None else _canonical(target)}")

@@ -1,7 +1,8 @@
 """Validation of a ConsumerGroupHeartbeat request and of a member's epoch (Kafka's
 throwIfConsumerGroupHeartbeatRequestIsInvalid and throwIfMemberEpochIsInvalid).
 
-Bad input gets INVALID_REQUEST (or INVALID_GROUP_ID) with a message naming the field; a member
+Bad input gets INVALID_REQUEST (or INVALID_GROUP_ID, or INVALID_REGULAR_EXPRESSION for a
+subscription regex that RE2 does not compile) with a message naming the field; a member
 whose epoch the coordinator does not expect gets FENCED_MEMBER_EPOCH, after which the client
 must rejoin with epoch 0 and treat its partitions as lost. One allowance, as Kafka's: a member
 that missed the response moving it to a new epoch may still heartbeat with its previous epoch,
@@ -10,8 +11,11 @@ as long as it owns nothing it has not been assigned.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from broker.group.group import ConsumerGroupMember
 from broker.group.records import Partitions
+from broker.group.topic_regex import compile_regex
 from tidelog import limits
 from tidelog.errors import FencedMemberEpochError, InvalidGroupIdError, InvalidRequestError
 from tidelog.v1 import broker_pb2 as pb
@@ -19,6 +23,7 @@ from tidelog.v1 import broker_pb2 as pb
 __all__ = [
     "LEAVE_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ClientIdentity",
     "check_member_epoch",
     "validate_heartbeat",
 ]
@@ -26,6 +31,21 @@ __all__ = [
 #: Kafka's epochs with a meaning: leave the group; a static member leaves but keeps its place.
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who sent a heartbeat: the client id it named (Kafka's request header; gRPC metadata
+    here) and the host it connected from. Empty when unknown."""
+
+    client_id: str = ""
+    client_host: str = ""
+
+    def validate(self) -> None:
+        for name, value in (("client id", self.client_id), ("client host", self.client_host)):
+            if len(value) > limits.GROUP_TEXT_LENGTH_MAX:
+                raise InvalidRequestError(
+                    f"{name} is longer than {limits.GROUP_TEXT_LENGTH_MAX} characters")
 
 
 def validate_heartbeat(request: pb.ConsumerGroupHeartbeatRequest) -> None:
@@ -44,6 +64,8 @@ def validate_heartbeat(request: pb.ConsumerGroupHeartbeatRequest) -> None:
     for name in names:
         if not name or len(name) > limits.TOPIC_NAME_LENGTH_MAX:
             raise InvalidRequestError(f"subscribed topic name {name[:50]!r} is not valid")
+    if request.subscribed_topic_regex:
+        compile_regex(request.subscribed_topic_regex)  # INVALID_REGULAR_EXPRESSION
     epoch = request.member_epoch
     if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise InvalidRequestError(f"member_epoch {epoch} is not valid (0 joins, -1 leaves, "
@@ -51,8 +73,9 @@ def validate_heartbeat(request: pb.ConsumerGroupHeartbeatRequest) -> None:
     if epoch == 0:
         if request.rebalance_timeout_ms <= 0:
             raise InvalidRequestError("rebalance_timeout_ms must be given when joining")
-        if not names:
-            raise InvalidRequestError("subscribed_topic_names must be given when joining")
+        if not names and not request.subscribed_topic_regex:
+            raise InvalidRequestError(
+                "subscribed_topic_names or subscribed_topic_regex must be given when joining")
     elif not request.member_id:
         raise InvalidRequestError(f"member_id must be given with member_epoch {epoch}")
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and not request.instance_id:

@@ -6,7 +6,8 @@ offsets); an unknown member gets UNKNOWN_MEMBER_ID. A simple consumer (``assign(
 admin resetting offsets) commits with member id "" and epoch -1, which is accepted only while the
 group has no members, as Kafka does. Offsets of a group with no members expire
 ``offsets.retention.minutes`` after their commit; a group left with neither members nor offsets
-is then deleted.
+is then deleted. OffsetDelete removes chosen partitions' offsets (tombstones), except those of
+topics the group's members subscribe to.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from broker.group.records import GroupRecord, offset_commit_record, offset_commi
 from broker.group.responses import set_error
 from tidelog import limits
 from tidelog.errors import (
+    GroupSubscribedToTopicError,
     OffsetMetadataTooLargeError,
     OffsetOutOfRangeError,
     PolicyViolationError,
@@ -27,8 +29,8 @@ from tidelog.errors import (
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import groups_pb2 as gpb
 
-__all__ = ["expire_offsets", "fetch_offsets", "partition_commit_records",
-           "validate_offset_commit"]
+__all__ = ["delete_offset_records", "expire_offsets", "fetch_offsets",
+           "partition_commit_records", "validate_offset_commit"]
 
 
 def validate_offset_commit(state: GroupState, request: pb.OffsetCommitRequest) -> None:
@@ -139,4 +141,39 @@ def expire_offsets(state: GroupState, *, now_ms: int, retention_ms: int,
                           else offset.commit_timestamp_ms + retention_ms)
             if expires_ms <= now_ms and len(records) < records_max:
                 records.append(offset_commit_tombstone(group_id, topic, partition))
+    return records
+
+
+def delete_offset_records(state: GroupState, request: pb.OffsetDeleteRequest,
+                          response: pb.OffsetDeleteResponse, *, subscribed: set[str]
+                          ) -> list[GroupRecord]:
+    """Kafka's OffsetDelete for an existing group: a tombstone per named partition that has a
+    commit (a partition without one just succeeds, as Kafka answers); every partition of a
+    topic in ``subscribed`` (the topics the group's members subscribe to now, regexes
+    resolved) gets GROUP_SUBSCRIBED_TO_TOPIC instead, since its members would commit it again
+    or lose their place. A topic given without partitions means all of its committed ones."""
+    records: list[GroupRecord] = []
+    offsets = state.offsets.get(request.group_id, {})
+    deleted: set[tuple[str, int]] = set()
+    for topic in request.topics:
+        out = response.topics.add(name=topic.name)
+        partitions = list(topic.partitions) or sorted(p for t, p in offsets if t == topic.name)
+        for partition_id in partitions:
+            result = out.partitions.add(partition_id=partition_id)
+            try:
+                if (not topic.name or len(topic.name) > limits.TOPIC_NAME_LENGTH_MAX
+                        or partition_id < 0):
+                    raise UnknownTopicOrPartitionError(
+                        f"{topic.name[:50]!r}-{partition_id} is not a valid topic partition")
+                if topic.name in subscribed:
+                    raise GroupSubscribedToTopicError(
+                        f"group {request.group_id} has members subscribed to topic "
+                        f"{topic.name!r}: its offsets are deleted only once none is")
+            except TidelogError as error:
+                set_error(result, error)
+                continue
+            key = (topic.name, partition_id)
+            if key in offsets and key not in deleted:
+                deleted.add(key)
+                records.append(offset_commit_tombstone(request.group_id, *key))
     return records

@@ -1,8 +1,9 @@
 """The target assignment of a group (Kafka's TargetAssignmentBuilder) and its inputs.
 
 When the group epoch moves past the assignment epoch, the coordinator runs the group's assignor
-over every member's subscription (topic names resolved to ids through the broker's metadata;
-names of topics that do not exist are left out until they do) and writes one record per member
+over every member's subscription (topic names, and the names its regex matches, resolved to
+ids through the broker's metadata; names of topics that do not exist are left out until they
+do) and writes one record per member
 whose target changed, then the new assignment epoch. The assignor's output is checked before any
 record is made: every member has an entry, no partition goes to two members, and every partition
 exists and belongs to a topic the member subscribes to.
@@ -38,9 +39,11 @@ def preferred_assignor(group: ConsumerGroup, default: str) -> str:
 
 def metadata_hash(group: ConsumerGroup, topics: Mapping[str, TopicMetadata]) -> int:
     """A hash of the subscribed topics' names, ids and partition counts (KIP-1101): a new
-    partition, a re-created topic or a newly created subscribed topic changes it."""
+    partition, a re-created topic or a newly created subscribed topic changes it; so does a
+    topic created or deleted that a member's regex matches (regexes are resolved here, against
+    the metadata of this request)."""
     digest = hashlib.sha256()
-    for name in sorted(group.subscribed_topic_names()):
+    for name in sorted(group.subscribed_topic_names(topics)):
         topic = topics.get(name)
         if topic is not None:
             digest.update(f"{name}\0{topic.topic_id.hex()}\0{topic.partitions}\n".encode())
@@ -50,13 +53,14 @@ def metadata_hash(group: ConsumerGroup, topics: Mapping[str, TopicMetadata]) -> 
 def compute_target_assignment(group: ConsumerGroup, assignor: Assignor,
                               topics: Mapping[str, TopicMetadata]) -> list[GroupRecord]:
     """Records for the new target assignment at the group's epoch."""
-    subscribed = {name: topics[name] for name in group.subscribed_topic_names() if name in topics}
+    subscribed = {name: topics[name] for name in group.subscribed_topic_names(topics)
+                  if name in topics}
     by_id = {t.topic_id: t for t in subscribed.values()}
     members = {
         member_id: MemberSubscription(
             member_id=member_id,
             subscribed_topic_ids=frozenset(
-                subscribed[n].topic_id for n in m.subscribed_topic_names if n in subscribed),
+                subscribed[n].topic_id for n in m.subscribed_topics(topics) if n in subscribed),
             current=group.target_assignment.get(member_id, {}),
             instance_id=m.instance_id or None, rack_id=m.rack_id or None)
         for member_id, m in sorted(group.members.items())

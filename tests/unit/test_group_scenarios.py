@@ -7,9 +7,11 @@ as m1, m2, ... in order of appearance (commands use the same aliases); topic ids
 
 The runner models well-behaved clients: a heartbeat without ``owned=`` reports what that member
 was last told it is assigned (it revoked at once); ``owned=t1:0,1;t2:3`` (or ``owned=`` for
-nothing) says otherwise, e.g. a member that has not yet revoked. After every command it checks
-that replaying every record so far from scratch, through their bytes, gives the same state, and
-that no partition is owned by two members at once.
+nothing) says otherwise, e.g. a member that has not yet revoked. ``regex=`` subscribes with a
+regex, ``changed`` sets subscription_changed, ``client=id@host`` is the client's identity.
+``topic``/``topic-delete`` change the metadata the next heartbeat sees. After every command it
+checks that replaying every record so far from scratch, through their bytes, gives the same
+state, and that no partition is owned by two members at once.
 
 Run with TIDELOG_REWRITE_GOLDEN=1 to rewrite the expected output (then review the diff).
 """
@@ -27,6 +29,7 @@ from group_testkit import Renderer, check_invariants, scenario_assignors, topic_
 
 from broker.group.assignment import TopicMetadata
 from broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
+from broker.group.heartbeat_checks import ClientIdentity
 from broker.group.records import GroupRecord
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import groups_pb2 as gpb
@@ -81,6 +84,10 @@ class Runner:
         self.topics[args["name"]] = topic_metadata(args["name"], int(args["partitions"]))
         return []
 
+    def cmd_topic_delete(self, args: dict[str, str]) -> list[str]:
+        del self.topics[args["name"]]
+        return []
+
     def cmd_members_max(self, args: dict[str, str]) -> list[str]:
         self.shard.config = replace(self.config, members_max=int(args["n"]))
         return []
@@ -98,14 +105,18 @@ class Runner:
             rack_id=args.get("rack", ""),
             rebalance_timeout_ms=int(args.get("rebalance", "30000")),
             subscribed_topic_names=[t for t in args.get("topics", "").split(",") if t],
+            subscribed_topic_regex=args.get("regex", ""),
+            subscription_changed="changed" in args,
             server_assignor=args.get("assignor", ""),
         )
         if "owned" in args:
             request.owned_partitions.extend(self._partitions(args["owned"]))
         else:
             request.owned_partitions.extend(self.client_owned.get(member_id, []))
+        client_id, _, client_host = args.get("client", "").partition("@")
         records, response = self.shard.consumer_group_heartbeat(
-            request, now_ms=self.now_ms, topics=self.topics)
+            request, now_ms=self.now_ms, topics=self.topics,
+            client=ClientIdentity(client_id, client_host))
         if response.error_code == 0 and response.assignment_changed:
             self.client_owned[response.member_id] = list(response.assignment)
         if response.member_epoch < 0 or response.error_code:
@@ -138,6 +149,15 @@ class Runner:
             request.topics.add(name=name, partitions=[int(p) for p in partitions.split(",")
                                                       if p])
         return self._out([], self.shard.offset_fetch(request))
+
+    def cmd_offset_delete(self, args: dict[str, str]) -> list[str]:
+        """``offset-delete group=g topics=t1:0,1;t2:`` (``t2:`` = every committed partition)."""
+        request = pb.OffsetDeleteRequest(group_id=args.get("group", "g"))
+        for spec in filter(None, args.get("topics", "").split(";")):
+            name, _, partitions = spec.partition(":")
+            request.topics.add(name=name, partitions=[int(p) for p in partitions.split(",")
+                                                      if p])
+        return self._out(*self.shard.offset_delete(request, topics=self.topics))
 
     def cmd_list(self, args: dict[str, str]) -> list[str]:
         return self._out([], self.shard.list_groups())

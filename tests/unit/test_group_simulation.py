@@ -1,6 +1,7 @@
 """A seeded simulation of the group coordinator shard: members join, leave (cleanly, statically
 or by going silent), heartbeat with owned partitions that lag behind what they were told (a
-member revokes only some heartbeats later), subscriptions change and topics grow. After every
+member revokes only some heartbeats later), subscriptions (by name or regex) change, topics grow
+and a topic the regexes match is created and deleted. After every
 step: no partition is owned by two members at once, a member's epoch never goes back; every
 20 steps and at the end, replay from scratch gives the same state. A failing seed replays with
 TIDELOG_GROUP_SIM_SEED=<n>."""
@@ -38,15 +39,22 @@ def _step(rng: random.Random, shard: GroupCoordinatorShard, clients: dict[str, C
     if roll < 0.15 or not clients:
         request = pb.ConsumerGroupHeartbeatRequest(
             group_id="g", member_epoch=0, rebalance_timeout_ms=10_000,
-            subscribed_topic_names=rng.sample(sorted(topics), rng.randint(1, len(topics))),
             instance_id=rng.choice(["", "", "i1", "i2"]))
+        if rng.random() < 0.3:
+            request.subscribed_topic_regex = rng.choice(["t[0-9]+", "t[13]", ".*"])
+        else:
+            request.subscribed_topic_names.extend(
+                rng.sample(sorted(topics), rng.randint(1, len(topics))))
         records, response = shard.consumer_group_heartbeat(request, now_ms=now_ms, topics=topics)
         if response.error_code == 0:
             clients[response.member_id] = Client(response.member_id, response.member_epoch,
                                                  [], list(response.assignment))
         return records
     if roll < 0.2:
-        topics["t2"] = topic_metadata("t2", topics["t2"].partitions + 1)
+        if rng.random() < 0.5:
+            topics["t2"] = topic_metadata("t2", topics["t2"].partitions + 1)
+        elif topics.pop("t3", None) is None:  # a topic regexes match comes and goes
+            topics["t3"] = topic_metadata("t3", 3)
         return []
     client = clients[rng.choice(sorted(clients))]
     if roll < 0.25:

@@ -31,6 +31,7 @@ ONE_MODULE_PER_LIBRARY = {
     "pysyncobj": ("controller/raft/",),
     "rocksdict": ("broker/storage/rocks.py",),
     "pyspark": ("tidelog/spark.py", "tidelog/spark/"),
+    "re2": ("broker/group/topic_regex.py",),
 }
 #: tidelog/ modules that may import broker/controller, and then only inside a function.
 LAZY_SERVER_IMPORTS = ("tidelog/node.py", "tidelog/cli")
