@@ -80,7 +80,7 @@ from tidelog.invariants import InvariantViolation, check
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import groups_pb2 as gpb
 
-__all__ = ["GroupCoordinatorConfig", "GroupCoordinatorShard"]
+__all__ = ["GroupCoordinatorConfig", "GroupCoordinatorShard", "GroupCounters"]
 
 #: Records one on_timer call makes at most (fencing and expiry); the rest on the next call.
 TIMER_RECORDS_SOFT_MAX = 10_000
@@ -131,6 +131,15 @@ class _Deadlines:
         self.rebalance_ms.pop((group_id, member_id), None)
 
 
+@dataclass
+class GroupCounters:
+    """Soft counts of one group since this shard was loaded (for metrics, not in records):
+    group epoch bumps (rebalances) and offsets committed."""
+
+    rebalances: int = 0
+    offset_commits: int = 0
+
+
 class GroupCoordinatorShard:
     """The groups and offsets of one ``__consumer_offsets`` partition."""
 
@@ -142,15 +151,40 @@ class GroupCoordinatorShard:
         self._assignors = dict(assignors if assignors is not None else _default_assignors())
         check(config.default_assignor in self._assignors, "the default assignor must exist")
         self._deadlines = _Deadlines()
+        #: group id -> counts of what this shard wrote for it (dropped with the group).
+        self.counters: dict[str, GroupCounters] = {}
 
     def replay(self, record: GroupRecord) -> None:
         """Apply a record read from the partition (loading) or just made (writing)."""
         self.state.replay(record)
 
+    def replay_written(self, record: GroupRecord) -> None:
+        """Apply a record made for this shard outside its handlers (the runtime's wall-clock
+        offset expiry), counted as the handlers' records are."""
+        self.state.replay(record)
+        self._count(record)
+
     def _append(self, records: list[GroupRecord], new: Iterable[GroupRecord]) -> None:
         for record in new:
             self.state.replay(record)
             records.append(record)
+            self._count(record)
+
+    def _count(self, record: GroupRecord) -> None:
+        """Metrics' counts: a plain integer per written record (no Prometheus call here; the
+        metrics collector reads them at scrape time)."""
+        key = record.key
+        if isinstance(key, gpb.OffsetCommitKey | gpb.ConsumerGroupMetadataKey):
+            group_id = key.group_id
+            if record.value is None:
+                if group_id not in self.state.groups and group_id not in self.state.offsets:
+                    self.counters.pop(group_id, None)
+                return
+            counters = self.counters.setdefault(group_id, GroupCounters())
+            if isinstance(key, gpb.OffsetCommitKey):
+                counters.offset_commits += 1
+            else:
+                counters.rebalances += 1
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -45,6 +45,7 @@ from broker.group.coordinator import (
 from broker.group.offsets import expire_offsets
 from broker.group.partitioner import partition_for
 from broker.group.records import GroupRecord, decode
+from broker.group.topic_regex import RegexTopics
 from broker.metadata_listener import MetadataUpdate
 from broker.partition_writer import PartitionWriter, TopicIdPartition
 from tidelog import limits
@@ -123,10 +124,15 @@ class _ShardContext:
     generation: int = 0
 
 
-class ImageTopics(Mapping[str, TopicMetadata]):
-    """The image's topics as the shard's ``topics`` argument (a view: nothing copied)."""
+class ImageTopics(RegexTopics):
+    """The image's topics as the shard's ``topics`` argument (a view: nothing copied). An
+    image never changes, so the names each subscription regex matched are remembered for as
+    long as the view lives (the runtime's :meth:`GroupCoordinatorRuntime.topics` keeps one per
+    image)."""
 
     def __init__(self, image: MetadataImage) -> None:
+        super().__init__()
+        self.image = image
         self._by_name = image.topics.by_name
 
     def __getitem__(self, name: str) -> TopicMetadata:
@@ -166,10 +172,15 @@ class GroupCoordinatorRuntime:
         self._topic_id: bytes | None = None
         self._creating: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
+        self._topics: ImageTopics | None = None
+        #: The event loop the runtime runs on (set by start): the metrics collector, on the
+        #: HTTP thread, takes its snapshots there.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         self._timer = asyncio.get_running_loop().create_task(
             self._run_timers(), name=f"group-coordinator-{self.broker_id}-timers")
 
@@ -185,6 +196,15 @@ class GroupCoordinatorRuntime:
 
     def offsets_topic(self) -> TopicImage | None:
         return self._image().topics.by_name.get(OFFSETS_TOPIC)
+
+    def topics(self) -> ImageTopics:
+        """The newest image's topics, the same view while the image does not change (so each
+        subscription regex is matched against the topic names once per metadata change, not
+        once per heartbeat; a created or deleted topic gives a new view and new matches)."""
+        image = self._image()
+        if self._topics is None or self._topics.image is not image:
+            self._topics = ImageTopics(image)
+        return self._topics
 
     def partition_of(self, group_id: str, topic: TopicImage) -> int:
         return partition_for(group_id, topic.num_partitions)
@@ -305,7 +325,7 @@ class GroupCoordinatorRuntime:
                                          retention_ms=shard.config.offsets_retention_ms,
                                          records_max=TIMER_RECORDS_SOFT_MAX)
                 for record in expired:
-                    shard.replay(record)
+                    shard.replay_written(record)
             except Exception as error:
                 self._reload(context, f"its timer failed: {error!r}")
                 raise
