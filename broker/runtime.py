@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from broker.controller_client import ControllerClient
 from broker.group.coordinator import GroupCoordinatorConfig
+from broker.group.metrics import GroupMetricsCollector
 from broker.group.runtime import GroupCoordinatorRuntime
 from broker.handlers import DataPlaneHandlers, GroupHandlers
 from broker.lifecycle import BrokerLifecycleManager
@@ -89,6 +90,8 @@ class BrokerRuntime:
                 heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms))
         #: The group RPCs (broker.handlers.groups).
         self.groups = GroupHandlers(self.group_coordinator, lambda: self.listener.image)
+        if isinstance(registry, CollectorRegistry):  # read at scrape time (broker.group.metrics)
+            registry.register(GroupMetricsCollector(self.group_coordinator))
 
     async def _create_offsets_topic(self) -> None:
         """Ask the controller for __consumer_offsets (Kafka's auto-creation of the internal

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from broker.handlers import DataPlaneHandlers
+from broker.handlers.groups import client_identity
 from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits
@@ -194,7 +195,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     async def ConsumerGroupHeartbeat(self, request: pb.ConsumerGroupHeartbeatRequest,
                                      context: Any) -> pb.ConsumerGroupHeartbeatResponse:
-        return await self.rt.groups.consumer_group_heartbeat(request)
+        client = client_identity(context.peer(), context.invocation_metadata() or ())
+        return await self.rt.groups.consumer_group_heartbeat(request, client)
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest,
                            context: Any) -> pb.OffsetCommitResponse:
@@ -215,6 +217,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def DeleteGroups(self, request: pb.DeleteGroupsRequest,
                            context: Any) -> pb.DeleteGroupsResponse:
         return await self.rt.groups.delete_groups(request)
+
+    async def OffsetDelete(self, request: pb.OffsetDeleteRequest,
+                           context: Any) -> pb.OffsetDeleteResponse:
+        return await self.rt.groups.offset_delete(request)
 
 
 class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):

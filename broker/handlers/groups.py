@@ -1,5 +1,5 @@
 """The group RPCs (Kafka's GroupCoordinatorService): FindCoordinator, ConsumerGroupHeartbeat,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
 
 Each routes a group to its ``__consumer_offsets`` shard on this broker through
 :class:`~broker.group.runtime.GroupCoordinatorRuntime` and answers what the shard's pure handler
@@ -8,17 +8,23 @@ NOT_COORDINATOR; while its partition loads, COORDINATOR_LOAD_IN_PROGRESS; while 
 topic is being created or has no leader, COORDINATOR_NOT_AVAILABLE (all three retriable: the
 client finds the coordinator again). An invalid group id is INVALID_GROUP_ID before any
 routing. Nothing a client sends makes a handler raise.
+
+A heartbeat also carries who sent it (:func:`client_identity`): the ``client-id`` gRPC metadata
+entry (Kafka's client.id from the request header) and the peer's host, which DescribeGroups
+shows per member.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
+from broker.group.assignment import TopicMetadata
 from broker.group.coordinator import GroupCoordinatorShard
+from broker.group.heartbeat_checks import ClientIdentity
 from broker.group.records import GroupRecord
 from broker.group.responses import error_code, set_error
-from broker.group.runtime import GroupCoordinatorRuntime, ImageTopics
+from broker.group.runtime import GroupCoordinatorRuntime
 from tidelog import limits
 from tidelog.errors import (
     CoordinatorNotAvailableError,
@@ -31,10 +37,29 @@ from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import common_pb2
 
-__all__ = ["GROUP_IDS_PER_REQUEST_MAX", "GroupHandlers"]
+__all__ = ["CLIENT_ID_METADATA_KEY", "GROUP_IDS_PER_REQUEST_MAX", "GroupHandlers",
+           "client_identity"]
 
 #: Group ids one FindCoordinator / DescribeGroups / DeleteGroups request may name.
 GROUP_IDS_PER_REQUEST_MAX = 1_000
+#: The gRPC metadata entry a client names itself with (Kafka's client.id).
+CLIENT_ID_METADATA_KEY = "client-id"
+
+
+def client_identity(peer: str, metadata: Iterable[tuple[str, str | bytes]]) -> ClientIdentity:
+    """Who sent a request: the ``client-id`` metadata entry and the host of gRPC's peer
+    string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``; other kinds are shown whole)."""
+    client_id = ""
+    for key, value in metadata:
+        if key == CLIENT_ID_METADATA_KEY:
+            client_id = value if isinstance(value, str) else value.decode(errors="replace")
+    kind, _, address = peer.partition(":")
+    host = peer
+    if kind == "ipv4":
+        host = address.rpartition(":")[0] or address
+    elif kind == "ipv6":
+        host = address.rpartition(":")[0].strip("[]") or address
+    return ClientIdentity(client_id, host)
 
 
 def _check_group_id(group_id: str) -> None:
@@ -95,12 +120,13 @@ class GroupHandlers:
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
-    async def consumer_group_heartbeat(self, request: pb.ConsumerGroupHeartbeatRequest
+    async def consumer_group_heartbeat(self, request: pb.ConsumerGroupHeartbeatRequest,
+                                       client: ClientIdentity | None = None
                                        ) -> pb.ConsumerGroupHeartbeatResponse:
         def op(shard: GroupCoordinatorShard
                ) -> tuple[list[GroupRecord], pb.ConsumerGroupHeartbeatResponse]:
             return shard.consumer_group_heartbeat(
-                request, now_ms=_monotonic_ms(), topics=ImageTopics(self._image()))
+                request, now_ms=_monotonic_ms(), topics=self.runtime.topics(), client=client)
 
         try:
             _check_group_id(request.group_id)
@@ -140,6 +166,26 @@ class GroupHandlers:
         self._fill_lag(response)
         return response
 
+    async def offset_delete(self, request: pb.OffsetDeleteRequest) -> pb.OffsetDeleteResponse:
+        """Kafka's OffsetDelete (coordinator.offset_delete); a request naming more than
+        PARTITIONS_PER_REQUEST_MAX partitions is INVALID_REQUEST before any routing."""
+        def op(shard: GroupCoordinatorShard
+               ) -> tuple[list[GroupRecord], pb.OffsetDeleteResponse]:
+            return shard.offset_delete(request, topics=self.runtime.topics())
+
+        try:
+            _check_group_id(request.group_id)
+            named = sum(len(t.partitions) for t in request.topics)
+            if named > limits.PARTITIONS_PER_REQUEST_MAX:
+                raise InvalidRequestError(
+                    f"{named} partitions in one OffsetDelete, more than "
+                    f"{limits.PARTITIONS_PER_REQUEST_MAX}")
+            return await self.runtime.write(request.group_id, op)
+        except TidelogError as error:
+            response = pb.OffsetDeleteResponse()
+            set_error(response, error)
+            return response
+
     def _fill_lag(self, response: pb.OffsetFetchResponse) -> None:
         """lag = HW - committed offset (floored at 0: a commit may run ahead of a follower's
         HW) where this broker hosts the partition; else it stays -1 (the shard stays pure: it
@@ -174,7 +220,8 @@ class GroupHandlers:
         for group_id in group_ids:
             try:
                 _check_group_id(group_id)
-                answer = await self.runtime.read(group_id, _describe_one(group_id))
+                answer = await self.runtime.read(
+                    group_id, _describe_one(group_id, self.runtime.topics()))
                 response.groups.extend(answer.groups)
             except TidelogError as error:
                 out = response.groups.add(group_id=group_id, state="Dead")
@@ -207,9 +254,10 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _describe_one(group_id: str) -> Callable[[GroupCoordinatorShard], pb.DescribeGroupsResponse]:
+def _describe_one(group_id: str, topics: Mapping[str, TopicMetadata]
+                  ) -> Callable[[GroupCoordinatorShard], pb.DescribeGroupsResponse]:
     def op(shard: GroupCoordinatorShard) -> pb.DescribeGroupsResponse:
-        return shard.describe_groups([group_id])
+        return shard.describe_groups([group_id], topics)
     return op
 
 
