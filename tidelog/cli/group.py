@@ -1,4 +1,4 @@
-"""``tidelog group list|describe|delete|reset-offsets``: consumer groups (modelled on
+"""``tidelog group list|describe|delete|reset-offsets|delete-offsets``: consumer groups (modelled on
 ``rpk group`` and Kafka's ``kafka-consumer-groups``).
 
 Each command opens an Admin on ``--brokers`` (tidelog.cli.common's ``admin_client``): ``list``
@@ -7,7 +7,9 @@ group (DescribeGroups) and its committed offsets with lag (OffsetFetch), and the
 leaders for their log end offsets (DescribeLogs); ``delete`` deletes groups with no members
 (DeleteGroups); ``reset-offsets`` computes new committed offsets of a topic's partitions
 (ListOffsets and the group's OffsetFetch), prints them, and with ``--execute`` commits them as a
-simple consumer (Admin.alter_group_offsets), refused while the group has members. Output is a
+simple consumer (Admin.alter_group_offsets), refused while the group has members;
+``delete-offsets`` deletes a group's committed offsets of chosen topics or partitions
+(OffsetDelete, refused per partition while a member subscribes to its topic). Output is a
 table or, with ``--format json``, JSON whose field names are part of the interface
 (docs/cli.md lists them); each group that failed ends in one error line.
 """
@@ -97,10 +99,13 @@ def _describe_one(admin: Any, g: Any) -> dict[str, Any]:
         "coordinator": g.coordinator,
         "members": [{
             "member_id": m.member_id, "instance_id": m.instance_id,
-            "client_host": m.client_host, "member_epoch": m.member_epoch,
-            "subscribed_topics": list(m.subscribed_topics),
+            "client_id": m.client_id, "client_host": m.client_host,
+            "member_epoch": m.member_epoch, "subscribed_topics": list(m.subscribed_topics),
+            "subscribed_topic_regex": m.subscribed_topic_regex,
             "assignment": [{"topic": tp.topic, "partition": tp.partition}
-                           for tp in m.assignment]} for m in g.members],
+                           for tp in m.assignment],
+            "target_assignment": [{"topic": tp.topic, "partition": tp.partition}
+                                  for tp in m.target_assignment]} for m in g.members],
         "offsets": [{
             "topic": tp.topic, "partition": tp.partition, "committed_offset": o.offset,
             "log_end_offset": ends.get((tp.topic, tp.partition), -1), "lag": o.lag,
@@ -113,11 +118,21 @@ def _print_group(g: dict[str, Any], *, first: bool) -> None:
                f"epoch {g['group_epoch']}  assignment epoch {g['assignment_epoch']}  "
                f"assignor {g['assignor'] or '-'}  coordinator {g['coordinator']}")
     table([{"member": m["member_id"], "epoch": m["member_epoch"],
-            "host": m["client_host"] or "-", "instance": m["instance_id"] or "-",
-            "assignment": _partitions(m["assignment"])} for m in g["members"]])
+            "client": m["client_id"] or "-", "host": m["client_host"] or "-",
+            "instance": m["instance_id"] or "-",
+            "subscription": _subscription(m["subscribed_topics"], m["subscribed_topic_regex"]),
+            "assignment": _partitions(m["assignment"]),
+            "target": _partitions(m["target_assignment"])} for m in g["members"]])
     click.echo("")
     table([{"topic": o["topic"], "partition": o["partition"], "committed": o["committed_offset"],
             "log_end": o["log_end_offset"], "lag": o["lag"]} for o in g["offsets"]])
+
+
+def _subscription(topics: list[str], regex: str) -> str:
+    shown = ",".join(topics)
+    if regex:
+        shown = (shown + " " if shown else "") + f"/{regex}/"
+    return shown or "-"
 
 
 def _partitions(assignment: list[dict[str, Any]]) -> str:
@@ -143,6 +158,38 @@ def delete(group_ids: tuple[str, ...], brokers: str, timeout_ms: int, fmt: str) 
     elif rows:
         table(rows)
     raise_item_errors(result.errors, lambda n: f"cannot delete group {n!r}", brokers)
+
+
+@group.command("delete-offsets", cls=OneLineCommand)
+@click.argument("group_id")
+@click.option("--topic", "topic_specs", required=True, multiple=True, metavar="TOPIC[:P1,P2]",
+              help="a topic (all its committed partitions) or some of its partitions; "
+                   "repeatable")
+@brokers_option
+@timeout_option
+@format_option
+def delete_offsets(group_id: str, topic_specs: tuple[str, ...], brokers: str, timeout_ms: int,
+                   fmt: str) -> None:
+    """Delete a group's committed offsets of topics or partitions (Kafka's
+    kafka-consumer-groups --delete-offsets).
+
+    Refused for a partition whose topic a member of the group subscribes to (stop the members
+    or change their subscription first); a partition without a committed offset counts as
+    deleted."""
+    wanted: list[TopicPartition | str] = []
+    for spec in topic_specs:
+        topic, pids = _parse_topic_spec(spec)
+        wanted.extend([topic] if pids is None else [TopicPartition(topic, p) for p in pids])
+    what = f"cannot delete offsets of group {group_id!r}"
+    with admin_client(brokers, timeout_ms, what) as admin:
+        result = admin.delete_group_offsets(group_id, wanted)
+    rows = [{"topic": tp.topic, "partition": tp.partition, "status": "deleted"}
+            for tp in result.values]
+    if fmt == "json":
+        echo_json(rows)
+    elif rows:
+        table(rows)
+    raise_item_errors(result.errors, lambda tp: f"{what}: {tp.topic}-{tp.partition}", brokers)
 
 
 _TO_OPTIONS = ("--to-earliest", "--to-latest", "--to-offset", "--to-datetime", "--shift-by")

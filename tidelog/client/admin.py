@@ -267,7 +267,8 @@ class GroupListing:
 
 @dataclass(frozen=True)
 class GroupMemberDescription:
-    """A member of a consumer group: its ids, epoch, subscription and current assignment."""
+    """A member of a consumer group: its ids, epoch, subscription (topic names and/or a
+    regex), current assignment and the target assignment it is moving to."""
 
     member_id: str
     instance_id: str
@@ -275,6 +276,9 @@ class GroupMemberDescription:
     member_epoch: int
     subscribed_topics: tuple[str, ...]
     assignment: tuple[TopicPartition, ...]
+    client_id: str = ""
+    subscribed_topic_regex: str = ""
+    target_assignment: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -668,13 +672,19 @@ class Admin:
             deadline, idempotent=True, first=lambda r: r.groups)
         g = resp.groups[0]
         names = await self._topic_names(
-            [a for m in g.members for a in m.assignment if not a.topic], deadline)
+            [a for m in g.members for a in (*m.assignment, *m.target_assignment)
+             if not a.topic], deadline)
+
+        def partitions(entries: Iterable[broker_pb2.TopicPartitions]
+                       ) -> tuple[TopicPartition, ...]:
+            return tuple(TopicPartition(a.topic or names.get(bytes(a.topic_id), ""), p)
+                         for a in entries for p in a.partitions)
         members = tuple(
             GroupMemberDescription(
                 m.member_id, m.instance_id, m.client_host, m.member_epoch,
-                tuple(m.subscribed_topic_names),
-                tuple(TopicPartition(a.topic or names.get(bytes(a.topic_id), ""), p)
-                      for a in m.assignment for p in a.partitions))
+                tuple(m.subscribed_topic_names), partitions(m.assignment),
+                client_id=m.client_id, subscribed_topic_regex=m.subscribed_topic_regex,
+                target_assignment=partitions(m.target_assignment))
             for m in g.members)
         return GroupDescription(g.group_id, g.state, g.group_epoch, g.assignment_epoch,
                                 g.assignor_name, members, node)
@@ -734,6 +744,44 @@ class Admin:
                 found[TopicPartition(t.name, p.partition_id)] = GroupOffset(
                     p.committed_offset, p.committed_leader_epoch, p.metadata, p.lag)
         return dict(sorted(found.items()))
+
+    def delete_group_offsets(self, group_id: str,
+                             partitions: Iterable[TopicPartition | str], *,
+                             timeout_ms: int | None = None) -> AdminResult[TopicPartition, None]:
+        """Delete the group's committed offsets of ``partitions`` (Kafka's
+        deleteConsumerGroupOffsets); a topic name instead of a partition means every committed
+        partition of it. Per partition: deleted (a partition without a commit counts as
+        deleted, as Kafka answers), or GroupSubscribedToTopicError while a member of the group
+        subscribes to its topic. Raises the group's error (GroupIdNotFoundError,
+        InvalidGroupIdError, a coordinator error past the deadline)."""
+        by_topic: dict[str, set[int]] = {}
+        whole: set[str] = set()
+        for item in partitions:
+            if isinstance(item, str):
+                whole.add(item)
+            else:
+                by_topic.setdefault(item.topic, set()).add(item.partition)
+        request = broker_pb2.OffsetDeleteRequest(group_id=group_id)
+        for topic in sorted(whole | set(by_topic)):
+            request.topics.add(name=topic, partitions=(
+                [] if topic in whole else sorted(by_topic[topic])))
+        result: AdminResult[TopicPartition, None] = AdminResult()
+        if not request.topics:
+            return result
+        wait = self._timeout(timeout_ms)
+        _, resp = self._run(self._group_call(
+            group_id, "OffsetDelete", request, monotonic_ms() + wait, idempotent=True,
+            first=None), wait)
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_id)
+                if p.error_code:
+                    result.errors[tp] = _group_error(group_id, p.error_code,
+                                                     f"{tp.topic}-{tp.partition}: "
+                                                     f"{p.error_message}")
+                else:
+                    result.values[tp] = None
+        return result
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
                             timeout_ms: int | None = None) -> None:
