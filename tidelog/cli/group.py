@@ -189,7 +189,8 @@ def delete_offsets(group_id: str, topic_specs: tuple[str, ...], brokers: str, ti
         echo_json(rows)
     elif rows:
         table(rows)
-    raise_item_errors(result.errors, lambda tp: f"{what}: {tp.topic}-{tp.partition}", brokers)
+    # Each error names the group and the partition already (Admin's message).
+    raise_item_errors(result.errors, lambda _: "cannot delete offsets", brokers)
 
 
 _TO_OPTIONS = ("--to-earliest", "--to-latest", "--to-offset", "--to-datetime", "--shift-by")
