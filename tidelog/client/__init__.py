@@ -27,10 +27,16 @@ from tidelog.client.admin import (
     TopicListing,
     VoterDescription,
 )
-from tidelog.client.consumer import Consumer, CorruptRecordError, NoOffsetForPartitionError
+from tidelog.client.consumer import (
+    Consumer,
+    ConsumerRebalanceListener,
+    CorruptRecordError,
+    NoOffsetForPartitionError,
+)
 from tidelog.client.producer import Producer, ProducerSenderError
 from tidelog.client.records import (
     ConsumerRecord,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
@@ -45,6 +51,7 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "CorruptRecordError",
     "CreatedTopic",
@@ -54,6 +61,7 @@ __all__ = [
     "GroupOffset",
     "NewTopic",
     "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionDescription",
     "Producer",

@@ -1,8 +1,9 @@
 """Consumer internals: per-partition fetch state, lazy decoding of fetched batches, ListOffsets.
 
 ``SubscriptionState`` holds, for each assigned partition, the position (the next offset to
-return), a pending offset reset, pause state, the last high watermark and log start offset, a
-backoff deadline after errors, and the fetched batches not yet returned (``PartitionRecords``).
+return), whether it waits for the group's committed offset, a pending offset reset, pause
+state, the last high watermark and log start offset, a backoff deadline after errors, and the
+fetched batches not yet returned (``PartitionRecords``).
 It is only touched by the thread that uses the Consumer (a Consumer, like Kafka's, is not
 thread-safe); the I/O loop only runs requests and posts their results back.
 
@@ -161,15 +162,21 @@ class PartitionState:
     records: PartitionRecords | None = None
     reset_in_flight: bool = False
     unknown_since_ms: int | None = None
+    #: A group member's new partition: its position comes from the group's committed offset
+    #: (OffsetFetch) before auto_offset_reset is considered; a seek settles it too.
+    awaiting_committed: bool = False
+    committed_in_flight: bool = False
 
     def seek(self, offset: int) -> None:
         self.position = offset
         self.reset_to = None
         self.records = None
+        self.awaiting_committed = False
 
     def request_reset(self, timestamp: int) -> None:
         self.reset_to = timestamp
         self.records = None
+        self.awaiting_committed = False
 
     @property
     def has_valid_position(self) -> bool:
@@ -182,9 +189,28 @@ class SubscriptionState:
     def __init__(self) -> None:
         self.partitions: dict[TopicPartition, PartitionState] = {}
 
-    def assign(self, tps: list[TopicPartition]) -> None:
-        """Replace the assignment; partitions kept keep their state."""
-        self.partitions = {tp: self.partitions.get(tp) or PartitionState() for tp in tps}
+    def assign(self, tps: list[TopicPartition], *, committed_first: bool = False) -> None:
+        """Replace the assignment; partitions kept keep their state. New ones start from the
+        group's committed offset when ``committed_first`` (a consumer with a group id)."""
+        self.partitions = {tp: self.partitions.get(tp)
+                           or PartitionState(awaiting_committed=committed_first) for tp in tps}
+
+    def add(self, tps: list[TopicPartition]) -> None:
+        """A group gave these partitions: they start from the group's committed offsets."""
+        for tp in tps:
+            if tp not in self.partitions:
+                self.partitions[tp] = PartitionState(awaiting_committed=True)
+
+    def remove(self, tps: list[TopicPartition]) -> None:
+        """Revoked or lost: their state goes, and with it any fetched records not returned
+        (they must never be returned after the revocation)."""
+        for tp in tps:
+            self.partitions.pop(tp, None)
+
+    def awaiting_committed(self) -> list[TopicPartition]:
+        """Partitions whose committed offset is wanted and not being fetched."""
+        return [tp for tp, st in self.partitions.items()
+                if st.awaiting_committed and not st.committed_in_flight]
 
     def state(self, tp: TopicPartition) -> PartitionState:
         st = self.partitions.get(tp)

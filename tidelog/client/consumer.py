@@ -1,82 +1,82 @@
-"""The Consumer: read assigned partitions from positions you choose, following leader changes.
+"""The Consumer: read partitions you assign, or join a consumer group and read the partitions
+it gives you (KIP-848), from committed offsets, following leader changes.
 
-Kafka's consumer model without groups (yet): ``assign()`` a set of partitions, optionally
-``seek()`` each, then ``poll()`` in a loop. ``poll()`` returns what earlier fetches brought back
-and, before returning, sends the next fetches (one request in flight per leader, covering every
-assigned partition that leader has and whose fetched records are used up), so the network works
-while the application processes records: that is the prefetching, and it is bounded to one
-fetch response per leader (``fetch_max_bytes``), as in Kafka.
+Two ways to choose partitions, as Kafka's: ``assign()`` a set yourself, or ``subscribe()`` to
+topics (or a pattern) with a ``group_id`` and let the group's coordinator share the topics'
+partitions among its members. Then ``poll()`` in a loop. ``poll()`` returns what earlier
+fetches brought back and, before returning, sends the next fetches (one request in flight per
+leader), so the network works while the application processes records (``_fetch_manager.py``).
+
+As a group member the consumer heartbeats in the background on the client's I/O thread
+(``_group_coordinator.py``, driven by the pure state machine ``_membership.py``), independent of
+poll(); what the coordinator asks for (revoke these partitions, take those) is carried out on the
+application thread inside poll(), with the rebalance listener's callbacks
+(``_group_member.py``). Positions of partitions the group gives start at the group's committed
+offsets, else ``auto_offset_reset``. With ``enable_auto_commit`` (the default with a group) the
+positions are committed every ``auto_commit_interval_ms`` from poll(), before a revocation and
+on close(). A member that does not poll within ``max_poll_interval_ms`` leaves the group and
+rejoins at its next poll().
 
 A partition's position starts unknown; ``auto_offset_reset`` ("earliest", "latest", or "none":
 raise) decides where it starts, by ListOffsets at the leader, and where it goes when the leader
-answers OFFSET_OUT_OF_RANGE. Errors meaning stale metadata (NOT_LEADER_OR_FOLLOWER,
-FENCED_LEADER_EPOCH...) apply the response's leader hint and refresh metadata; the partition
-backs off and is fetched from the new leader. Fetched batches are CRC-checked when decoded; a
-corrupt one raises CorruptRecordError (a CorruptMessageError) naming the partition and offset,
-and the position does not move past it.
-
-Consumer groups will add ``subscribe()``, ``commit()`` and ``committed()`` on top of the same
-subscription state; ``group_id`` is not accepted yet so that code written today keeps working.
+answers OFFSET_OUT_OF_RANGE. Fetched batches are CRC-checked when decoded; a corrupt one raises
+CorruptRecordError naming the partition and offset, and the position does not move past it.
 """
 
 from __future__ import annotations
 
 import collections
-import random
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
 from tidelog import limits
+from tidelog.client._fetch_manager import FetchConfig, FetchDone, FetchManager, ResetDone
 from tidelog.client._fetcher import (
     EARLIEST,
     LATEST,
     CorruptRecordError,
     NoOffsetForPartitionError,
-    PartitionRecords,
     SubscriptionState,
     list_offsets,
 )
-from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
-from tidelog.client._metadata import STALE_METADATA_CODES, Backoff, MetadataManager
-from tidelog.client.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from tidelog.errors import (
-    ErrorCode,
-    RequestTimedOutError,
-    TidelogError,
-    UnknownTopicOrPartitionError,
-    error_for_code,
+from tidelog.client._group_coordinator import GroupCoordinator
+from tidelog.client._group_member import (
+    CommitCallback,
+    CommitDone,
+    CommittedDone,
+    ConsumerRebalanceListener,
+    GroupMember,
+    check_group_texts,
+    check_subscription,
 )
+from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
+from tidelog.client._membership import Membership, MembershipConfig
+from tidelog.client._metadata import Backoff, MetadataManager
+from tidelog.client.records import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from tidelog.errors import RequestTimedOutError
 from tidelog.metadata.topic_names import validate_topic_name
-from tidelog.v1 import broker_pb2, common_pb2
 
-__all__ = ["Consumer", "CorruptRecordError", "NoOffsetForPartitionError"]
+__all__ = ["Consumer", "ConsumerRebalanceListener", "CorruptRecordError",
+           "NoOffsetForPartitionError"]
 
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
-
-
-@dataclass(frozen=True, slots=True)
-class _FetchDone:
-    node: int
-    requested: dict[TopicPartition, int]
-    response: broker_pb2.FetchResponse | None
-    error: TidelogError | None
-
-
-@dataclass(frozen=True, slots=True)
-class _ResetDone:
-    requested: dict[TopicPartition, int]
-    results: dict[TopicPartition, tuple[int, int]] | None
-    error: TidelogError | None
+_Event = FetchDone | ResetDone | CommitDone | CommittedDone
 
 
 class Consumer:
-    """Reads records from assigned partitions. Not thread-safe: use it from one thread.
+    """Reads records from assigned or group-given partitions. Not thread-safe: use it from one
+    thread (callbacks run on that thread too).
 
-    >>> with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
-    ...     consumer.assign([TopicPartition("orders", 0)])
+    >>> with Consumer("127.0.0.1:9092", group_id="billing",
+    ...               auto_offset_reset="earliest") as consumer:
+    ...     consumer.subscribe(["orders"])
     ...     for record in consumer.poll(timeout_ms=1000):
     ...         print(record.offset, record.key, record.value)
     """
@@ -86,6 +86,14 @@ class Consumer:
         bootstrap_servers: str | Sequence[str],
         *,
         client_id: str = "tidelog-consumer",
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        group_remote_assignor: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        max_poll_interval_ms: int = 300_000,
+        rebalance_timeout_ms: int | None = None,
+        client_rack: str | None = None,
         auto_offset_reset: Literal["earliest", "latest", "none"] = "latest",
         fetch_min_bytes: int = 1,
         fetch_max_wait_ms: int = 500,
@@ -104,19 +112,19 @@ class Consumer:
                             ("max_partition_fetch_bytes", max_partition_fetch_bytes),
                             ("max_poll_records", max_poll_records),
                             ("request_timeout_ms", request_timeout_ms),
-                            ("fetch_min_bytes", fetch_min_bytes)):
-            if not isinstance(value, int) or value <= 0:
+                            ("fetch_min_bytes", fetch_min_bytes),
+                            ("auto_commit_interval_ms", auto_commit_interval_ms),
+                            ("max_poll_interval_ms", max_poll_interval_ms)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not 0 <= fetch_max_wait_ms <= limits.FETCH_WAIT_MS_MAX:
             raise ValueError(f"fetch_max_wait_ms must be 0..{limits.FETCH_WAIT_MS_MAX}")
         if max(fetch_max_bytes, max_partition_fetch_bytes) > limits.GRPC_MESSAGE_BYTES_MAX // 2:
             raise ValueError("fetch sizes must stay below half the gRPC message limit")
+        check_group_texts(group_id, group_instance_id, group_remote_assignor, client_rack)
         self.client_id = client_id
+        self.group_id = group_id
         self._reset = _RESETS[auto_offset_reset]
-        self._fetch_min_bytes = fetch_min_bytes
-        self._fetch_max_wait_ms = fetch_max_wait_ms
-        self._partition_max_bytes = max_partition_fetch_bytes
-        self._fetch_max_bytes = fetch_max_bytes
         self._max_poll_records = max_poll_records
         self._request_timeout_ms = request_timeout_ms
         self._retry_backoff_ms = retry_backoff_ms
@@ -130,32 +138,104 @@ class Consumer:
         )
         self._subs = SubscriptionState()
         self._cond = threading.Condition()
-        # Results posted by the I/O loop. Bounded by construction: at most one fetch per leader
-        # and one reset per partition are in flight, and each posts exactly one event.
-        self._events: collections.deque[_FetchDone | _ResetDone] = collections.deque()
-        self._fetch_in_flight: set[int] = set()
-        self._pending_error: TidelogError | None = None
-        self._rng = random.Random()
-        self._next_start = 0
+        # Results posted by the I/O loop. Bounded by construction: at most one fetch per leader,
+        # one reset and one committed-offset fetch per partition, and the commits in flight,
+        # are outstanding, and each posts exactly one event.
+        self._events: collections.deque[_Event] = collections.deque()
+        self._fetcher = FetchManager(
+            subs=self._subs, metadata=self._metadata, conns=self._conns, io=self._io,
+            config=FetchConfig(fetch_min_bytes, fetch_max_wait_ms, max_partition_fetch_bytes,
+                               fetch_max_bytes, request_timeout_ms),
+            reset=self._reset, backoff=self._backoff, post=self._post)
+        self._group: GroupMember | None = None
+        self._mode: Literal["none", "assigned", "subscribed"] = "none"
         self._closed = False
+        if group_id is not None:
+            self._group = self._group_member(
+                group_id, MembershipConfig(
+                    group_id=group_id, instance_id=group_instance_id or "",
+                    rack_id=client_rack or "", server_assignor=group_remote_assignor or "",
+                    rebalance_timeout_ms=rebalance_timeout_ms or max_poll_interval_ms,
+                    max_poll_interval_ms=max_poll_interval_ms),
+                enable_auto_commit, auto_commit_interval_ms)
         self._metadata.add_listener(self._notify)
+
+    def _group_member(self, group_id: str, config: MembershipConfig, auto_commit: bool,
+                      auto_commit_interval_ms: int) -> GroupMember:
+        membership = Membership(config, backoff=self._backoff, now_ms=monotonic_ms())
+        coordinator = GroupCoordinator(
+            group_id=group_id, membership=membership, metadata=self._metadata,
+            conns=self._conns, loop=self._io.loop, request_timeout_ms=self._request_timeout_ms,
+            backoff=self._backoff, on_event=self._notify)
+        return GroupMember(
+            coordinator=coordinator, subs=self._subs, io=self._io, metadata=self._metadata,
+            post=self._post, enable_auto_commit=auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            request_timeout_ms=self._request_timeout_ms, backoff=self._backoff)
 
     # ------------------------------------------------------------------ assignment
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions from now on (replacing any earlier assignment).
-        Partitions kept from the earlier assignment keep their positions."""
+        Partitions kept from the earlier assignment keep their positions. With a group id,
+        new partitions start at the group's committed offsets (a simple consumer: it commits
+        with no member id, which the coordinator accepts while the group has no members)."""
         self._check_open()
+        if self._mode == "subscribed":
+            raise RuntimeError("subscribe() and assign() cannot be mixed on one consumer: "
+                               "unsubscribe() first")
         tps = [TopicPartition(*tp) for tp in partitions]
         for tp in tps:
             validate_topic_name(tp.topic)
             if not isinstance(tp.partition, int) or tp.partition < 0:
                 raise ValueError(f"partition ids are non-negative ints, got {tp.partition!r}")
-        self._subs.assign(list(dict.fromkeys(tps)))
+        self._subs.assign(list(dict.fromkeys(tps)), committed_first=self._group is not None)
+        self._mode = "assigned" if tps else "none"
         if self._metadata.add_topics(tp.topic for tp in tps):
             self._metadata.request_update()
 
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Join the group (``group_id``) for these topics, or for every topic whose whole name
+        matches ``pattern`` (resolved by the coordinator). Replaces an earlier subscription;
+        ``listener`` is told of partitions revoked, assigned and lost, inside poll()."""
+        self._check_open()
+        group = self._group
+        if group is None:
+            raise ValueError("subscribe() needs a group_id: Consumer(..., group_id='name')")
+        if self._mode == "assigned":
+            raise RuntimeError("subscribe() and assign() cannot be mixed on one consumer: "
+                               "assign([]) or unsubscribe() first")
+        names = check_subscription(topics, pattern)
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            raise TypeError("listener must be a ConsumerRebalanceListener")
+        group.listener = listener or group.listener
+        with group.coordinator.lock:
+            group.coordinator.membership.subscribe(names, pattern or "", monotonic_ms())
+        self._mode = "subscribed"
+        if self._metadata.add_topics(names):
+            self._metadata.request_update()
+        group.coordinator.wake()
+
+    def subscription(self) -> set[str]:
+        """The subscribed topic names (a pattern subscription: the topics the group gave)."""
+        if self._group is None or self._mode != "subscribed":
+            return set()
+        membership = self._group.coordinator.membership
+        if membership.pattern:
+            return {tp.topic for tp in self._subs.partitions}
+        return set(membership.topics)
+
+    def unsubscribe(self) -> None:
+        """Give the group's partitions back (commit with auto-commit, on_partitions_revoked)
+        and leave the group; or forget an assign()ment."""
+        self._check_open()
+        if self._mode == "subscribed":
+            self._leave_group(monotonic_ms() + self._request_timeout_ms)
+        self._subs.assign([])
+        self._mode = "none"
+
     def assignment(self) -> set[TopicPartition]:
-        """The partitions assigned to this consumer."""
+        """The partitions assigned to this consumer (by assign() or by the group)."""
         return set(self._subs.partitions)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -207,13 +287,10 @@ class Consumer:
                                      else timeout_ms)
         # Bounded: each pass waits for an event or a backoff step, and stops at the deadline.
         while True:
-            self._raise_pending()
-            self._process_events()
+            self._step(run_group=False)
             if st.has_valid_position:
                 assert st.position is not None
                 return st.position
-            self._check_unknown_topics()
-            self._maybe_reset_positions()
             now = monotonic_ms()
             if now >= deadline:
                 raise RequestTimedOutError(f"the position of {tp} is not known yet")
@@ -266,31 +343,36 @@ class Consumer:
             topic, min_partitions=1, deadline_ms=monotonic_ms() + wait), wait / 1000)
         return [p.partition for p in info.partitions]
 
+
     # ------------------------------------------------------------------ polling
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records from the assigned partitions (up to ``max_records``, default
         ``max_poll_records``), waiting up to ``timeout_ms`` for some; [] when none came.
 
+        As a group member, poll() also runs the rebalance: the listener's callbacks, commits
+        before revocation, auto-commits; and it restarts the max_poll_interval_ms timer.
+
         Raises CorruptRecordError, NoOffsetForPartitionError (auto_offset_reset="none"),
         UnknownTopicOrPartitionError (an assigned partition has not existed for
-        ``request_timeout_ms``), or the typed error of a non-retriable fetch failure. Records
-        already collected are returned first; the error is raised by the next poll().
+        ``request_timeout_ms``), the typed error of a non-retriable fetch failure, a fatal
+        group error (e.g. GroupMaxSizeReachedError, UnsupportedAssignorError,
+        FencedInstanceIdError: the member stopped), or what a rebalance callback raised
+        (after its step completed). Records already collected are returned first; the error
+        is raised by the next poll().
         """
         self._check_open()
-        if not self._subs.partitions:
-            raise RuntimeError("no partitions are assigned; call assign() first")
+        if self._mode == "none":
+            raise RuntimeError("no partitions are assigned and no topics subscribed; call "
+                               "assign() or subscribe() first")
         limit = self._max_poll_records if max_records is None else max_records
         if limit <= 0:
             raise ValueError("max_records must be positive")
         deadline = monotonic_ms() + max(timeout_ms, 0)
         # Bounded: each pass waits for an event or one backoff step, and stops at the deadline.
         while True:
-            self._raise_pending()
-            self._process_events()
-            self._check_unknown_topics()
-            self._maybe_reset_positions()
-            records = self._collect(limit)
-            self._send_fetches()
+            self._step()
+            records = self._fetcher.collect(limit)
+            self._fetcher.send_fetches()
             if records:
                 return records
             self._raise_pending()
@@ -299,110 +381,88 @@ class Consumer:
                 return []
             self._wait(min(deadline - now, self._retry_backoff_ms))
 
-    def _collect(self, limit: int) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        items = list(self._subs.partitions.items())
-        if not items:
-            return out
-        start = self._next_start % len(items)
-        self._next_start += 1
-        for _tp, st in items[start:] + items[:start]:
-            if len(out) >= limit:
-                break
-            if st.paused or st.records is None or not st.has_valid_position:
-                continue
-            assert st.position is not None
-            try:
-                taken = st.records.take(st.position, limit - len(out))
-            except CorruptRecordError as e:
-                st.records = None
-                if out:
-                    self._pending_error = e
-                    return out
-                raise
-            if taken:
-                st.position = taken[-1].offset + 1
-                out.extend(taken)
-            if st.records.exhausted:
-                st.records = None
+    def _step(self, *, run_group: bool = True) -> None:
+        """One pass of the application-side work before collecting records (position() runs
+        no rebalance step: callbacks and the poll timer belong to poll())."""
+        self._raise_pending()
+        self._process_events()
+        if self._group is not None:
+            now = monotonic_ms()
+            if self._mode == "subscribed" and run_group:
+                self._group.on_poll(now)
+            elif self._mode == "subscribed":
+                self._group.refresh_committed(now)
+            else:
+                self._group.maybe_auto_commit(now)
+                self._group.refresh_committed(now)
+        self._fetcher.check_unknown_topics()
+        self._fetcher.maybe_reset_positions()
+
+    # ------------------------------------------------------------------ committed offsets
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+               *, timeout_ms: int | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition) to the group, or the
+        current positions of all assigned partitions; waits until the coordinator has them
+        (acks=all), up to ``timeout_ms`` (default ``request_timeout_ms``). Raises the typed
+        error: e.g. StaleMemberEpochError/UnknownMemberIdError when this member was fenced
+        (its partitions may be another member's now), RequestTimedOutError."""
+        group = self._require_group()
+        self._process_events()
+        wanted = self._offsets(offsets)
+        if wanted:
+            group.commit_sync(wanted, self._timeout(timeout_ms))
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+                     = None, callback: CommitCallback | None = None) -> None:
+        """Like commit() without waiting: ``callback(offsets, error)`` (error None on success)
+        runs on this thread in a later poll(), commit() or close()."""
+        group = self._require_group()
+        self._process_events()
+        wanted = self._offsets(offsets)
+        if wanted:
+            group.commit_async(wanted, callback)
+        elif callback is not None:
+            callback({}, None)
+
+    def committed(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where none is)."""
+        group = self._require_group()
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            validate_topic_name(tp.topic)
+        wait = self._timeout(timeout_ms)
+        return self._io.run(group.coordinator.fetch_committed(
+            tps, deadline_ms=monotonic_ms() + wait), wait / 1000)
+
+    def _offsets(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+                 ) -> dict[TopicPartition, OffsetAndMetadata]:
+        assert self._group is not None
+        if offsets is None:
+            return self._group.positions()
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, value in offsets.items():
+            key = TopicPartition(*tp)
+            validate_topic_name(key.topic)
+            if not isinstance(key.partition, int) or key.partition < 0:
+                raise ValueError(f"partition ids are non-negative ints, got {key.partition!r}")
+            out[key] = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
         return out
 
-    def _send_fetches(self) -> None:
-        snap = self._metadata.snapshot
-        now = monotonic_ms()
-        by_node: dict[int, dict[TopicPartition, int]] = {}
-        buffered: set[int] = set()  # leaders of partitions with records still to return
-        behind: set[int] = set()  # leaders of fetchable partitions not known to be caught up
-        missing_leader = False
-        for tp, st in self._subs.partitions.items():
-            if st.paused or not st.has_valid_position or st.retry_at_ms > now:
-                continue
-            if st.records is not None:
-                leader = snap.leader_of(tp)
-                if leader is not None:
-                    buffered.add(leader)
-                continue
-            leader = snap.leader_of(tp)
-            if leader is None:
-                missing_leader = True
-                continue
-            if leader not in self._fetch_in_flight:
-                assert st.position is not None
-                by_node.setdefault(leader, {})[tp] = st.position
-                if st.position < st.high_watermark or st.high_watermark < 0:
-                    behind.add(leader)
-        if missing_leader:
-            self._metadata.request_update()
-        for node, parts in by_node.items():
-            if node in buffered and node not in behind:
-                # Every partition to fetch here is at its high watermark: the broker would hold
-                # the fetch for up to fetch_max_wait_ms, and with one fetch per leader the
-                # partitions of this leader still being returned could not be fetched meanwhile.
-                # They are all fetched together once those run out.
-                continue
-            address = snap.address_of(node)
-            assert address is not None  # leader_of only names brokers with an address
-            request = self._fetch_request(parts)
-            self._fetch_in_flight.add(node)
-            self._io.submit(self._fetch(node, address, request, parts))
+    def _require_group(self) -> GroupMember:
+        self._check_open()
+        if self._group is None:
+            raise ValueError("committing needs a group_id: Consumer(..., group_id='name')")
+        return self._group
 
-    def _fetch_request(self, parts: dict[TopicPartition, int]) -> broker_pb2.FetchRequest:
-        request = broker_pb2.FetchRequest(
-            replica_id=-1, max_wait_ms=self._fetch_max_wait_ms, min_bytes=self._fetch_min_bytes,
-            max_bytes=self._fetch_max_bytes, isolation_level=common_pb2.READ_UNCOMMITTED,
-        )
-        topics: dict[str, broker_pb2.FetchRequest.TopicData] = {}
-        for tp, offset in parts.items():
-            topic = topics.get(tp.topic)
-            if topic is None:
-                topic = topics[tp.topic] = request.topics.add(name=tp.topic)
-            topic.partitions.add(
-                partition_id=tp.partition, fetch_offset=offset,
-                current_leader_epoch=self._metadata.snapshot.leader_epoch(tp),
-                last_fetched_epoch=-1, log_start_offset=-1,
-                partition_max_bytes=self._partition_max_bytes,
-            )
-        return request
-
-    async def _fetch(self, node: int, address: str, request: broker_pb2.FetchRequest,
-                     parts: dict[TopicPartition, int]) -> None:
-        event: _FetchDone
-        try:
-            resp = await self._conns.exchange(
-                address, "Fetch", request,
-                timeout_ms=self._fetch_max_wait_ms + self._request_timeout_ms,
-            )
-            event = _FetchDone(node, parts, resp, None)
-        except TidelogError as e:
-            event = _FetchDone(node, parts, None, e)
-        except BaseException as e:
-            # Whatever happens, the node must leave _fetch_in_flight or it is never fetched again.
-            self._post(_FetchDone(node, parts, None, RequestTimedOutError(f"fetch failed: {e!r}")))
-            raise
-        self._post(event)
+    def _timeout(self, timeout_ms: int | None) -> int:
+        wait = self._request_timeout_ms if timeout_ms is None else timeout_ms
+        if not isinstance(wait, int) or wait <= 0:
+            raise ValueError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
+        return wait
 
     # ------------------------------------------------------------------ events from the loop
-    def _post(self, event: _FetchDone | _ResetDone) -> None:
+    def _post(self, event: _Event) -> None:
         with self._cond:
             self._events.append(event)
             self._cond.notify_all()
@@ -421,159 +481,64 @@ class Consumer:
             events = list(self._events)
             self._events.clear()
         for event in events:
-            if isinstance(event, _FetchDone):
-                self._handle_fetch(event)
-            else:
-                self._handle_reset(event)
-
-    def _handle_fetch(self, event: _FetchDone) -> None:
-        self._fetch_in_flight.discard(event.node)
-        if self._closed:
-            return
-        now = monotonic_ms()
-        error = event.error
-        if error is None and event.response is not None and event.response.error_code:
-            error = error_for_code(event.response.error_code, event.response.error_message)
-        if error is not None:
-            if not error.retriable:
-                self._pending_error = self._pending_error or error
-            self._metadata.request_update()
-            for tp in event.requested:
-                self._subs.backoff(tp, now, self._backoff)
-            return
-        assert event.response is not None
-        for t in event.response.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition_id)
-                offset = event.requested.get(tp)
-                st = self._subs.partitions.get(tp)
-                if offset is None or st is None or st.position != offset or st.reset_to is not None:
-                    continue  # the partition was reassigned or sought meanwhile: stale data
-                self._handle_fetched_partition(tp, offset, p, now)
-
-    def _handle_fetched_partition(self, tp: TopicPartition, offset: int,
-                                  p: broker_pb2.FetchResponse.PartitionData, now: int) -> None:
-        st = self._subs.state(tp)
-        code = p.error_code
-        if code == ErrorCode.NONE:
-            self._subs.succeeded(tp)
-            st.high_watermark = p.high_watermark
-            st.log_start_offset = p.log_start_offset
-            if p.batches:
-                st.records = PartitionRecords(tp, offset, list(p.batches))
-        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if self._reset is None:
-                self._pending_error = self._pending_error or NoOffsetForPartitionError(
-                    f"offset {offset} of {tp} is out of range [{p.log_start_offset}, "
-                    f"{p.high_watermark}] and auto_offset_reset is 'none'",
-                    partitions={tp: offset})
-            else:
-                st.request_reset(self._reset)
-        else:
-            if p.HasField("current_leader"):
-                self._metadata.apply_leader_hint(tp, p.current_leader)
-            error = error_for_code(code, f"{tp}: {p.error_message}")
-            if code in STALE_METADATA_CODES:
-                self._metadata.request_update()
-            if error.retriable:
-                self._subs.backoff(tp, now, self._backoff)
-            else:
-                self._pending_error = self._pending_error or error
-
-    def _maybe_reset_positions(self) -> None:
-        now = monotonic_ms()
-        wanted: dict[TopicPartition, int] = {}
-        missing: dict[TopicPartition, int] = {}
-        for tp, st in self._subs.partitions.items():
-            if st.reset_in_flight or st.retry_at_ms > now:
+            if isinstance(event, FetchDone | ResetDone):
+                self._fetcher.handle_event(event)
+            elif self._group is None:
                 continue
-            if st.position is None and st.reset_to is None:
-                if self._reset is None:
-                    missing[tp] = -1
-                    continue
-                st.reset_to = self._reset
-            if st.reset_to is not None:
-                wanted[tp] = st.reset_to
-        if missing:
-            self._pending_error = self._pending_error or NoOffsetForPartitionError(
-                f"no position for {sorted(map(str, missing))} and auto_offset_reset is 'none': "
-                "seek() first", partitions=missing)
-        if not wanted:
-            return
-        for tp in wanted:
-            self._subs.state(tp).reset_in_flight = True
-        self._io.submit(self._reset_offsets(wanted))
-
-    async def _reset_offsets(self, wanted: dict[TopicPartition, int]) -> None:
-        try:
-            found = await list_offsets(
-                self._metadata, self._conns, wanted,
-                deadline_ms=monotonic_ms() + self._request_timeout_ms,
-                request_timeout_ms=self._request_timeout_ms, backoff=self._backoff,
-            )
-            self._post(_ResetDone(wanted, found, None))
-        except TidelogError as e:
-            self._post(_ResetDone(wanted, None, e))
-        except BaseException as e:
-            self._post(_ResetDone(wanted, None, RequestTimedOutError(f"reset failed: {e!r}")))
-            raise
-
-    def _handle_reset(self, event: _ResetDone) -> None:
-        now = monotonic_ms()
-        for tp, ts in event.requested.items():
-            st = self._subs.partitions.get(tp)
-            if st is None:
-                continue
-            st.reset_in_flight = False
-            if st.reset_to != ts:
-                continue  # the user sought meanwhile
-            if event.results is not None and tp in event.results:
-                st.seek(event.results[tp][0])
-                self._subs.succeeded(tp)
+            elif isinstance(event, CommitDone):
+                self._group.on_commit_done(event)
             else:
-                self._subs.backoff(tp, now, self._backoff)
-        if event.error is not None and not event.error.retriable and not isinstance(
-            event.error, UnknownTopicOrPartitionError
-        ):
-            self._pending_error = self._pending_error or event.error
-
-    def _check_unknown_topics(self) -> None:
-        """Report a partition the cluster has said does not exist for request_timeout_ms (raised
-        by the next poll; a topic created a moment ago may not have reached every broker yet,
-        hence the grace)."""
-        snap = self._metadata.snapshot
-        now = monotonic_ms()
-        for tp, st in self._subs.partitions.items():
-            info = snap.topics.get(tp.topic)
-            unknown = info is not None and (not info.exists or tp.partition >= len(info.partitions))
-            if not unknown:
-                st.unknown_since_ms = None
-                continue
-            if st.unknown_since_ms is None:
-                st.unknown_since_ms = now
-                self._metadata.request_update()
-            elif now - st.unknown_since_ms >= self._request_timeout_ms:
-                st.unknown_since_ms = None
-                self._pending_error = self._pending_error or UnknownTopicOrPartitionError(
-                    f"{tp} does not exist (the cluster has said so for "
-                    f"{self._request_timeout_ms} ms)")
+                self._group.on_committed_done(event)
 
     def _raise_pending(self) -> None:
-        if self._pending_error is not None:
-            error, self._pending_error = self._pending_error, None
+        error = self._fetcher.pending_error
+        if error is not None:
+            self._fetcher.pending_error = None
             raise error
+        if self._group is not None and self._group.pending_error is not None:
+            group_error, self._group.pending_error = self._group.pending_error, None
+            raise group_error
 
     # ------------------------------------------------------------------ lifecycle
-    def close(self) -> None:
-        """Stop fetching and release the connections. Idempotent."""
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Leave cleanly and release the connections. Idempotent. As a group member, within
+        ``timeout_ms`` (default ``request_timeout_ms``): commit the positions (with
+        auto-commit), on_partitions_revoked, leave the group (a static member keeps its
+        partitions until its session expires), deliver pending commit callbacks."""
         if self._closed:
             return
-        self._closed = True
         if self._io.in_io_thread():
             raise RuntimeError("close() on the client I/O thread would deadlock")
-        self._io.run(self._close(), None)
+        deadline = monotonic_ms() + self._timeout(timeout_ms)
+        try:
+            if self._group is not None:
+                self._close_group(deadline)
+        finally:
+            self._closed = True
+            self._fetcher.closed = True
+            self._io.run(self._close(), None)
+
+    def _close_group(self, deadline_ms: int) -> None:
+        group = self._group
+        assert group is not None
+        self._process_events()
+        if self._mode == "subscribed":
+            self._leave_group(deadline_ms)
+        elif group.auto_commit and self._mode == "assigned":
+            group.commit_quietly(deadline_ms)
+        # Bounded: waits for the asynchronous commits in flight until the deadline.
+        while group.async_commits_in_flight > 0 and monotonic_ms() < deadline_ms:
+            self._wait(min(self._retry_backoff_ms, deadline_ms - monotonic_ms()))
+            self._process_events()
+
+    def _leave_group(self, deadline_ms: int) -> None:
+        assert self._group is not None
+        self._mode = "none"
+        self._group.leave_group(deadline_ms)
 
     async def _close(self) -> None:
+        if self._group is not None:
+            await self._group.coordinator.close()
         await self._metadata.close()
         await self._conns.close()
 
@@ -587,3 +552,4 @@ class Consumer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 __all__ = [
     "ConsumerRecord",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "RecordMetadata",
     "TopicPartition",
@@ -88,3 +89,19 @@ class OffsetAndTimestamp:
 
     offset: int
     timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset: the next offset to consume, free-text ``metadata`` (at most 4096
+    bytes on the coordinator), and the leader epoch of the last consumed record when known."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.offset, int) or isinstance(self.offset, bool) or self.offset < 0:
+            raise ValueError(f"a committed offset is a non-negative int, got {self.offset!r}")
+        if not isinstance(self.metadata, str):
+            raise ValueError(f"offset metadata is a str, got {type(self.metadata).__name__}")
