@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import click
 
+from tidelog.cli.chaos import chaos
 from tidelog.cli.cluster import cluster
 from tidelog.cli.common import run_main
 from tidelog.cli.dev import dev
@@ -40,7 +41,7 @@ def cli() -> None:
     """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
 
 
-for _group in (server, storage, cluster, topic, group, dev):
+for _group in (server, storage, cluster, topic, group, dev, chaos):
     cli.add_command(_group)
 
 
