@@ -31,6 +31,9 @@ __all__ = [
 #: Kafka's epochs with a meaning: leave the group; a static member leaves but keeps its place.
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+#: Bytes of one member's subscribed topic names together: they go into one member record, which
+#: must fit one write batch with the group's epoch bump (so that the two are written together).
+SUBSCRIBED_TOPIC_NAMES_BYTES_MAX = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,11 @@ def validate_heartbeat(request: pb.ConsumerGroupHeartbeatRequest) -> None:
     for name in names:
         if not name or len(name) > limits.TOPIC_NAME_LENGTH_MAX:
             raise InvalidRequestError(f"subscribed topic name {name[:50]!r} is not valid")
+    names_bytes = sum(len(name.encode()) for name in names)
+    if names_bytes > SUBSCRIBED_TOPIC_NAMES_BYTES_MAX:
+        raise InvalidRequestError(
+            f"subscribed topic names take {names_bytes} bytes, more than "
+            f"{SUBSCRIBED_TOPIC_NAMES_BYTES_MAX}")
     if request.subscribed_topic_regex:
         compile_regex(request.subscribed_topic_regex)  # INVALID_REGULAR_EXPRESSION
     epoch = request.member_epoch

@@ -14,7 +14,9 @@ answers once they are committed.
 * **Writes.** One ``asyncio.Lock`` per shard: a request runs the shard's pure handler, which
   returns (records, response) with the records already applied in memory; the runtime appends
   them as Kafka-style batches (key and value per record) with acks=all and answers the response
-  only once that append succeeded. If it fails, the shard's memory is ahead of the log, so the
+  only once that append succeeded. A write that fits one batch (just under
+  ``MESSAGE_BYTES_MAX``) is one batch, so all of it is in the log or none is; only a larger one
+  is split (see docs/decisions.md). If it fails, the shard's memory is ahead of the log, so the
   shard is reloaded from the log and the request gets COORDINATOR_NOT_AVAILABLE or
   NOT_COORDINATOR (both retriable), as Kafka maps append errors.
 * **Timers.** Every :data:`TIMER_INTERVAL_MS` each active shard's ``on_timer`` runs (monotonic
@@ -76,8 +78,16 @@ LOAD_RETRY_MS = 1_000
 LOAD_POLL_MS = 20
 #: Bytes one load read asks for.
 LOAD_READ_BYTES = 1 << 20
-#: A write's records go out in batches of at most this many bytes of keys and values.
-WRITE_BATCH_BYTES = 512 * 1024
+#: Bytes one record adds to a batch beyond its key and value, at most: a tag and a varint of at
+#: most 3 bytes each (a batch is under 2 MiB) for the record's length, its offset delta, its key
+#: and its value lengths; the timestamp delta is 0 (one now_ms per write) and not encoded.
+#: Measured ~7 for small tombstones. If it were ever short, build_batch refuses the batch
+#: (MESSAGE_TOO_LARGE) and the write fails whole: never a batch over the limit.
+RECORD_OVERHEAD_BYTES_MAX = 16
+#: A write's records go out in batches of at most this many bytes (keys, values and each
+#: record's framing), leaving room for the batch header under the batch size limit. A write that
+#: fits is one batch, appended and replicated as a unit: all of it is in the log or none is.
+WRITE_BATCH_BYTES = limits.MESSAGE_BYTES_MAX - 1024
 #: acks=all wait of one coordinator write.
 WRITE_TIMEOUT_MS = 5_000
 
@@ -437,17 +447,20 @@ class GroupCoordinatorRuntime:
 
 
 def _batches(records: list[GroupRecord]) -> Iterator[bytes]:
-    """The records as batches of at most WRITE_BATCH_BYTES of keys and values."""
+    """The records as batches of at most WRITE_BATCH_BYTES each (framing counted), in order.
+    Only a write larger than one batch is split, and then it is not atomic: see
+    docs/decisions.md (bulk tombstones, for which any prefix is a consistent state)."""
     now_ms = _wall_ms()
     chunk: list[NewRecord] = []
     size = 0
     for record in records:
         key, value = record.encode()
-        if chunk and size + len(key) + len(value or b"") > WRITE_BATCH_BYTES:
+        added = len(key) + len(value or b"") + RECORD_OVERHEAD_BYTES_MAX
+        if chunk and size + added > WRITE_BATCH_BYTES:
             yield build_batch(chunk, now_ms=now_ms, max_bytes=limits.MESSAGE_BYTES_MAX)
             chunk, size = [], 0
         chunk.append(NewRecord(key, value))
-        size += len(key) + len(value or b"")
+        size += added
     if chunk:
         yield build_batch(chunk, now_ms=now_ms, max_bytes=limits.MESSAGE_BYTES_MAX)
 
