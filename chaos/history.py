@@ -331,36 +331,41 @@ class _Structure:
         self._ops = 0
 
     def admit(self, entry: Entry) -> None:
-        self._ops += 1
-        if self._ops > OPS_MAX:
+        """Check ``entry`` against the lines before it, then record it. A refused entry leaves
+        no trace (the writer goes on after refusing one)."""
+        if self._ops >= OPS_MAX:
             raise HistoryError(entry.line, f"more than {OPS_MAX} operations in one history")
         op = entry.op
         if isinstance(op, Poll):
-            owner = self._session_process.setdefault(op.session, (op.process, entry.line))
+            owner = self._session_process.get(op.session, (op.process, entry.line))
             if owner[0] != op.process:
                 raise HistoryError(entry.line, f"session {op.session} belongs to process "
                                                f"{owner[0]} (line {owner[1]}), not {op.process}")
-        if op.type == "invoke":
-            self._admit_invoke(entry)
-        else:
-            self._admit_completion(entry)
-
-    def _admit_invoke(self, entry: Entry) -> None:
-        op = entry.op
         pending = self._open.get(op.process)
+        if op.type == "invoke":
+            self._check_invoke(entry, pending)
+            self._open[op.process] = entry
+            if isinstance(op, Send):
+                self._send_values[op.value] = entry.line
+        else:
+            self._check_completion(entry, pending)
+            del self._open[op.process]
+        if isinstance(op, Poll):
+            self._session_process.setdefault(op.session, (op.process, entry.line))
+        self._ops += 1
+
+    def _check_invoke(self, entry: Entry, pending: Entry | None) -> None:
+        op = entry.op
         if pending is not None:
             raise HistoryError(entry.line, f"process {op.process} invokes {op.f} while its "
                                            f"{pending.op.f} from line {pending.line} is open")
-        if isinstance(op, Send):
-            first = self._send_values.setdefault(op.value, entry.line)
-            if first != entry.line:
-                raise HistoryError(entry.line, f"send value {op.value} was already sent at "
-                                               f"line {first} (values are unique per run)")
-        self._open[op.process] = entry
+        if isinstance(op, Send) and op.value in self._send_values:
+            raise HistoryError(entry.line, f"send value {op.value} was already sent at line "
+                                           f"{self._send_values[op.value]} (values are unique "
+                                           f"per run)")
 
-    def _admit_completion(self, entry: Entry) -> None:
+    def _check_completion(self, entry: Entry, invoke: Entry | None) -> None:
         op = entry.op
-        invoke = self._open.get(op.process)
         if invoke is None:
             raise HistoryError(entry.line, f"{op.type} {op.f} of process {op.process} "
                                            f"completes nothing (no open invoke)")
@@ -368,7 +373,6 @@ class _Structure:
         if mismatch:
             raise HistoryError(entry.line, f"does not complete the invoke at line "
                                            f"{invoke.line}: {mismatch}")
-        del self._open[op.process]
 
 
 def _mismatch(invoke: Op, completion: Op) -> str | None:

@@ -32,7 +32,7 @@ def check_inconsistent_offsets(obs: Observations, promise: Promise, out: Collect
             "inconsistent-offsets", promise.durable and len(committed) >= 2,
             f"{topic}-{partition}@{offset} holds {len(values)} values: "
             + ", ".join(str(v) for v in values[:8]),
-            evidence(*(read.get(v) or acked.get(v) for v in values)),
+            evidence(*(e for v in values for e in (acked.get(v), read.get(v)))),
             {"topic": topic, "partition": partition, "offset": offset, "values": listed}))
 
 
