@@ -12,7 +12,10 @@ codes, the shared options, the Admin context, tables and JSON) and never another
 - ``topic.py``: the ``tidelog topic`` group; its commands are in ``topic_admin.py`` (create,
   list, describe, delete, add-partitions, alter-config, describe-config) and ``topic_data.py``
   (produce, consume);
-- ``group.py``: ``tidelog group list|describe|delete`` (consumer groups).
+- ``group.py``: ``tidelog group list|describe|delete|reset-offsets|delete-offsets`` (consumer
+  groups);
+- ``chaos.py``: ``tidelog chaos check`` (re-checks a chaos run's history; imports ``chaos/``
+  only inside its function, as the import contracts allow).
 
 User mistakes and unreachable clusters end in one line on stderr (what failed, why, what to do)
 and a non-zero exit code, never a traceback: every command body runs under :func:`main`'s handler
