@@ -20,7 +20,9 @@ listener records is the order they happened). What it checks:
   partitions back, and the other member keeps its own throughout;
 - a member that stops polling for max_poll_interval_ms leaves (the other takes everything)
   and, polled again, loses its partitions and rejoins;
-- a pattern subscription (the coordinator resolves the regex).
+- a pattern subscription (the coordinator resolves the regex);
+- an exception from a rebalance callback is raised from poll() once its step completed; a fatal
+  heartbeat error (UNSUPPORTED_ASSIGNOR) is raised from poll() by its Kafka name, every poll.
 
 Every wait is bounded (``WAIT_S``); the module takes well under a minute and a half.
 """
@@ -46,6 +48,7 @@ from tidelog.client import (
     Producer,
     TopicPartition,
 )
+from tidelog.errors import UnsupportedAssignorError
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.broker_pb2_grpc import BrokerServiceStub
 
@@ -318,3 +321,35 @@ def test_a_pattern_subscription_gets_every_matching_topic(cluster: ClusterHarnes
         poll_until([c], lambda: len(got) >= 8, got, "both matching topics read")
         assert {r.topic for r in got} == {first, second}
         assert other not in c.subscription()
+
+
+class Raising(ConsumerRebalanceListener):
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if assigned:
+            raise KeyError("from the listener")
+
+
+def test_a_callback_error_is_raised_from_poll_after_the_step_completed(
+        cluster: ClusterHarness) -> None:
+    topic = new_topic(cluster, records=1)
+    with consumer(cluster, "raising") as c:
+        c.subscribe([topic], listener=Raising())
+        deadline = time.monotonic() + WAIT_S
+        with pytest.raises(KeyError, match="from the listener"):
+            while time.monotonic() < deadline:  # bounded
+                c.poll(timeout_ms=50)
+        assert c.assignment() == all_partitions(topic)  # the step completed
+        got: list[ConsumerRecord] = []
+        poll_until([c], lambda: len(got) >= PARTITIONS, got, "reading after the error")
+
+
+def test_a_fatal_heartbeat_error_is_raised_from_poll_by_name(cluster: ClusterHarness) -> None:
+    topic = new_topic(cluster, records=1)
+    with consumer(cluster, "fatal", group_remote_assignor="no-such-assignor") as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        with pytest.raises(UnsupportedAssignorError, match="no-such-assignor"):
+            while time.monotonic() < deadline:  # bounded
+                c.poll(timeout_ms=50)
+        with pytest.raises(UnsupportedAssignorError):  # the member stays stopped
+            c.poll(timeout_ms=0)
