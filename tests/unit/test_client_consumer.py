@@ -322,3 +322,34 @@ def test_a_caught_up_partition_does_not_hold_back_its_leaders_other_partitions(
         got += consume(consumer, 31 - len(got))
     assert sorted(r.value for r in got if r.partition == 3) == sorted(
         b"%d" % i for i in range(30))
+
+
+def test_partitions_of_a_failed_fetch_back_off_together() -> None:
+    """A whole fetch that fails (a transport error, or a stream the broker ended: a grpc-aio
+    server sometimes ends an unimplemented FetchStream with INTERNAL, a retriable
+    NetworkError) backs its partitions off by one delay, so they are fetched together again.
+    With a jittered delay each, the first due could be fetched alone and, once caught up,
+    long-polled by the broker while the others waited behind it (the flake once seen in
+    test_a_caught_up_partition_does_not_hold_back_its_leaders_other_partitions)."""
+    from tidelog.client._fetch_manager import FetchConfig, FetchDone, FetchManager
+    from tidelog.client._fetcher import SubscriptionState
+    from tidelog.client._io import Connections, io_thread
+    from tidelog.client._metadata import Backoff, MetadataManager
+
+    io = io_thread()
+    conns = Connections()
+    metadata = MetadataManager(["127.0.0.1:1"], conns, loop=io.loop, request_timeout_ms=100,
+                               retry_backoff_ms=100, retry_backoff_max_ms=1_000,
+                               metadata_max_age_ms=60_000)
+    subs = SubscriptionState()
+    tps = [TopicPartition("t", p) for p in range(8)]
+    subs.assign(tps)
+    manager = FetchManager(subs=subs, metadata=metadata, conns=conns, io=io,
+                           config=FetchConfig(1, 100, 1 << 20, 1 << 20, 100), reset=None,
+                           backoff=Backoff(1_000, 10_000), post=lambda event: None)
+    manager.handle_event(FetchDone(1, {tp: 0 for tp in tps}, None,
+                                   NetworkError("the FetchStream broke")))
+    retry_at = {subs.partitions[tp].retry_at_ms for tp in tps}
+    assert len(retry_at) == 1 and retry_at.pop() > 0
+    io.run(metadata.close(), 5)
+    io.run(conns.close(), 5)

@@ -210,8 +210,10 @@ class FetchManager:
             if not error.retriable:
                 self.pending_error = self.pending_error or error
             self._metadata.request_update()
-            for tp in event.requested:
-                self._subs.backoff(tp, now, self._backoff)
+            # One delay for the whole request, so its partitions are fetched together again
+            # (a jittered delay each would let the first due go alone and, once caught up, be
+            # long-polled while the others wait behind it).
+            self._subs.backoff_together(list(event.requested), now, self._backoff)
             return
         assert event.response is not None
         for t in event.response.topics:

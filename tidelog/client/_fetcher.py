@@ -226,6 +226,19 @@ class SubscriptionState:
         st.failures += 1
         st.retry_at_ms = now_ms + backoff.delay_ms(st.failures, _rng)
 
+    def backoff_together(self, tps: list[TopicPartition], now_ms: int,
+                         backoff: Backoff) -> None:
+        """Back these off by one delay (a request that failed as a whole): they become
+        fetchable at the same moment, and so go in one fetch again."""
+        states = [st for tp in tps if (st := self.partitions.get(tp)) is not None]
+        if not states:
+            return
+        failures = max(st.failures for st in states) + 1
+        retry_at_ms = now_ms + backoff.delay_ms(failures, _rng)
+        for st in states:
+            st.failures = failures
+            st.retry_at_ms = retry_at_ms
+
     def succeeded(self, tp: TopicPartition) -> None:
         st = self.partitions.get(tp)
         if st is not None:
