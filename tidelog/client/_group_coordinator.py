@@ -197,6 +197,13 @@ class GroupCoordinator:
             with self.lock:
                 self.membership.on_heartbeat_error(error.code, error.message, monotonic_ms(),
                                                    self._rng)
+        except Exception as error:  # a bug or an unreadable answer: the heartbeat must not
+            # stay "in flight" for ever (that would end heartbeats silently); retried.
+            log.exception("group %r: a heartbeat failed unexpectedly", self.group_id)
+            self._coordinator_failed(ErrorCode.NETWORK_EXCEPTION)
+            with self.lock:
+                self.membership.on_heartbeat_error(ErrorCode.NETWORK_EXCEPTION, repr(error),
+                                                   monotonic_ms(), self._rng)
         else:
             self._coordinator_failed(response.error_code)
             with self.lock:
