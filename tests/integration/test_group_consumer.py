@@ -309,8 +309,6 @@ def test_a_member_that_stops_polling_leaves_and_rejoins(cluster: ClusterHarness)
         assert "assigned" in kinds[lost + 1:] and "revoked" not in kinds[lost:], events
 
 
-@pytest.mark.xfail(strict=False, reason="regex subscriptions are being added to the "
-                   "coordinator at the same time (issue 10, item 3)")
 def test_a_pattern_subscription_gets_every_matching_topic(cluster: ClusterHarness) -> None:
     first = new_topic(cluster, "pat-", records=2, partitions=2)
     second = new_topic(cluster, "pat-", records=2, partitions=2)
