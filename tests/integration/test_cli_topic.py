@@ -4,7 +4,9 @@ What it checks: every topic command end to end (create with configs, list, descr
 offsets after producing, add-partitions, alter-config seen by describe-config, delete);
 produce → consume round trips through stdin/stdout with keys, headers and JSON lines, including
 thousands of piped lines and the start positions (--offset N / -N, --from-timestamp,
---partition); `cluster info`; `cluster health` exiting 0, then 3 with the partitions named once
+--partition); `consume --group`: two member processes split a topic, stop on SIGTERM / Ctrl-C
+having committed what they printed and left the group, and a third run resumes after it (and
+commits at --num); `cluster info`; `cluster health` exiting 0, then 3 with the partitions named once
 two brokers of an RF=3, min.insync.replicas=2 topic are killed; and that mistakes (an unknown
 topic, an invalid config, bad -c syntax, unreachable brokers) end in one line on stderr with a
 non-zero exit code and no traceback.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +35,11 @@ from tidelog.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 
-FAST = {"controller": {"broker_session_timeout_ms": 3_000, "fence_check_interval_ms": 100}}
+# Group timings short enough that `consume --group` members join and rebalance in a second.
+FAST = {"controller": {"broker_session_timeout_ms": 3_000, "fence_check_interval_ms": 100},
+        "broker": {"offsets_topic_num_partitions": 3,
+                   "group_consumer_heartbeat_interval_ms": 200,
+                   "group_consumer_session_timeout_ms": 6_000}}
 COMMAND_TIMEOUT_S = 60
 WAIT_S = 20.0
 
@@ -198,6 +205,107 @@ def test_piped_lines_and_start_positions(cluster: LocalCluster) -> None:
     assert latest.stdout == ""  # the default starts at the end, as Kafka's console consumer
 
 
+# ---------------------------------------------------------------------------- consume --group
+def start_consume(cluster: LocalCluster, out: Path, *args: str) -> subprocess.Popen[bytes]:
+    """`tidelog topic consume ARGS` in the background, its stdout to ``out``."""
+    env = dict(os.environ, TIDELOG_BROKERS=cluster.bootstrap)
+    with out.open("wb") as stdout:
+        return subprocess.Popen([sys.executable, "-m", "tidelog.cli", "topic", "consume", *args],
+                                stdout=stdout, stderr=subprocess.PIPE, env=env)
+
+
+def describe_group(cluster: LocalCluster, group: str) -> Any:
+    from tidelog.client import Admin
+
+    with Admin(cluster.bootstrap) as admin:
+        return admin.describe_groups([group])[group]
+
+
+def wait_group_stable(cluster: LocalCluster, group: str, members: int) -> None:
+    """Until ``members`` members each own a non-empty assignment equal to their target at the
+    group's epoch (the rebalance is over)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            g = describe_group(cluster, group)
+        except Exception:  # the group does not exist until the first member joined
+            g = None
+        if g is not None and len(g.members) == members and all(
+                m.assignment and set(m.assignment) == set(m.target_assignment)
+                and m.member_epoch == g.group_epoch for m in g.members):
+            return
+        assert time.monotonic() < deadline, g
+        time.sleep(0.2)
+
+
+def read_lines_until(files: list[Path], count: int) -> list[list[dict[str, Any]]]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        per_file = [json_lines(f.read_text()) for f in files]
+        if sum(len(lines) for lines in per_file) >= count:
+            return per_file
+        assert time.monotonic() < deadline, [len(lines) for lines in per_file]
+        time.sleep(0.2)
+
+
+def committed_ends(cluster: LocalCluster, group: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (committed offset, lag)."""
+    from tidelog.client import Admin
+
+    with Admin(cluster.bootstrap) as admin:
+        offsets = admin.list_group_offsets(group)
+    return {tp.partition: (o.offset, o.lag) for tp, o in offsets.items() if tp.topic == topic}
+
+
+def test_consume_as_a_group_splits_commits_and_resumes(cluster: LocalCluster,
+                                                       tmp_path: Path) -> None:
+    """Two `consume --group` processes split the topic and read each record once; stopped by
+    SIGTERM and Ctrl-C they commit and leave at once; a third run resumes after what they
+    printed, and its --num exit commits too."""
+    run(cluster, "topic", "create", "shared", "-p", "4", "-r", "3")
+    wait_full_isr(cluster, "shared")
+    outs = [tmp_path / "member-0.jsonl", tmp_path / "member-1.jsonl"]
+    members = [start_consume(cluster, out, "shared", "--group", "readers", "--from-beginning",
+                             "--format", "json") for out in outs]
+    try:
+        wait_group_stable(cluster, "readers", members=2)
+        first = [f"k{i}|v{i}" for i in range(200)]  # 200 keys: every partition gets some
+        run(cluster, "topic", "produce", "shared", "-k", "|", stdin="\n".join(first) + "\n")
+        per_member = read_lines_until(outs, len(first))
+        for m in per_member:  # each read its own partitions only, and some records
+            assert m and {r["partition"] for r in m}.isdisjoint(
+                {r["partition"] for other in per_member if other is not m for r in other})
+        printed = [f"{r['key']}|{r['value']}" for m in per_member for r in m]
+        assert sorted(printed) == sorted(first)
+        members[0].send_signal(signal.SIGTERM)
+        members[1].send_signal(signal.SIGINT)
+        codes = [p.wait(timeout=COMMAND_TIMEOUT_S) for p in members]
+        for p in members:
+            assert p.stderr is not None and b"Traceback" not in p.stderr.read()
+        assert codes == [128 + signal.SIGTERM, 128 + signal.SIGINT]
+        # They left (not timed out: the session timeout is 6 s) and committed all they printed.
+        assert describe_group(cluster, "readers").members == ()
+        ends = {p["partition"]: p["high_watermark"]
+                for p in run_json(cluster, "topic", "describe", "shared")[0]["partitions"]}
+        assert committed_ends(cluster, "readers", "shared") == {p: (hw, 0)
+                                                               for p, hw in ends.items()}
+    finally:
+        for p in members:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    later = [f"k{i}|later {i}" for i in range(20)]
+    run(cluster, "topic", "produce", "shared", "-k", "|", stdin="\n".join(later) + "\n")
+    third = json_lines(run(cluster, "topic", "consume", "shared", "--group", "readers",
+                           "--from-beginning", "--num", "20", "--format", "json").stdout)
+    assert sorted(f"{r['key']}|{r['value']}" for r in third) == sorted(later)
+    assert all(r["offset"] >= ends[r["partition"]] for r in third)
+    assert all(lag == 0 for _, lag in committed_ends(cluster, "readers", "shared").values())
+    again = run(cluster, "topic", "consume", "shared", "--group", "readers", "--from-beginning",
+                "--timeout-ms", "1500")
+    assert again.stdout == ""  # --num's exit committed the 20 too
+
+
 # ---------------------------------------------------------------------------- mistakes
 @pytest.mark.parametrize("args, stdin, fragments, code", [
     (("topic", "describe", "no-such-topic"), None, ("no-such-topic", "does not exist"), 2),
@@ -214,6 +322,13 @@ def test_piped_lines_and_start_positions(cluster: LocalCluster) -> None:
      ("invalid -c 'retention.ms'", "KEY=VALUE"), 2),
     (("topic", "create", "too-many-replicas", "-r", "5"), None, ("replication factor",), 2),
     (("topic", "consume", "orders", "--offset", "soon"), None, ("invalid --offset",), 2),
+    (("topic", "consume", "orders", "--group", "g", "-p", "0"), None,
+     ("--partition cannot be used with --group",), 2),
+    (("topic", "consume", "orders", "--group", "g", "--offset", "5"), None,
+     ("cannot be used with --group", "tidelog group reset-offsets"), 2),
+    (("topic", "consume", "orders", "-g", "g", "--from-timestamp", "0"), None,
+     ("cannot be used with --group",), 2),
+    (("topic", "consume", "orders", "--group", ""), None, ("invalid --group",), 2),
     (("topic", "create", "x", "-p", "many"), None, ("'many' is not a valid integer",
                                                      "tidelog topic create -h"), 2),
     (("topic", "list", "--brokers", "127.0.0.1:1"), None,

@@ -6,6 +6,13 @@ acknowledgement; ``consume`` assigns the partitions to a Consumer, seeks to the 
 prints each record as text or as one JSON object per line. Both check first that the topic
 exists, so a typo fails at once instead of at the client's timeout. tidelog/cli/topic.py adds
 them to the ``topic`` group.
+
+``consume --group G`` instead subscribes as a member of consumer group G (Kafka's console
+consumer with ``--group``): the group's coordinator chooses the partitions, each starts at the
+group's committed offset (``--from-beginning`` / ``--offset earliest|latest`` only say where a
+partition without one starts), and the consumer auto-commits what it printed and commits once
+more as it leaves the group on exit. SIGINT and SIGTERM stop the poll loop (a flag, checked
+after each poll) rather than interrupting it, so that exit is clean too.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import base64
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +44,7 @@ from tidelog.cli.common import (
     timeout_option,
 )
 from tidelog.errors import TidelogError
+from tidelog.limits import GROUP_TEXT_LENGTH_MAX
 
 if TYPE_CHECKING:
     from tidelog.client import ConsumerRecord, RecordMetadata
@@ -198,6 +207,11 @@ def _split_line(raw: bytes, separator: bytes | None) -> tuple[bytes | None, byte
                    "e.g. 2025-01-31T12:00:00Z; no zone means UTC)")
 @click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
               help="read only this partition (repeatable; default: all)")
+@click.option("-g", "--group", metavar="GROUP",
+              help="consume as a member of this consumer group: the group shares the "
+                   "topic's partitions among its members, each starts at the group's "
+                   "committed offset (else as --from-beginning / --offset earliest|latest "
+                   "say) and commits what it printed")
 @click.option("-n", "--num", type=click.IntRange(min=1), help="exit after N records")
 @click.option("--timeout-ms", "idle_timeout_ms", type=click.IntRange(min=1),
               help="exit once no record came for this long (default: wait for more forever)")
@@ -210,19 +224,22 @@ def _split_line(raw: bytes, separator: bytes | None) -> tuple[bytes | None, byte
               help="json format: keys, values and header values as base64 (binary data)")
 @brokers_option
 def consume(name: str, from_beginning: bool, offset: str | None, from_timestamp: str | None,
-            partitions: tuple[int, ...], num: int | None, idle_timeout_ms: int | None,
-            fmt: str, print_key: bool, key_separator: str, use_base64: bool,
-            brokers: str) -> None:
+            partitions: tuple[int, ...], group: str | None, num: int | None,
+            idle_timeout_ms: int | None, fmt: str, print_key: bool, key_separator: str,
+            use_base64: bool, brokers: str) -> None:
     """Print a topic's records.
 
     By default only records written from now on (as Kafka's console consumer). Exits after
-    --num records, or after --timeout-ms without a record, else on Ctrl-C."""
+    --num records, or after --timeout-ms without a record, else on Ctrl-C. With --group, as a
+    member of that consumer group: it commits what it printed and leaves the group on exit
+    (also on Ctrl-C or SIGTERM)."""
     given = [opt for opt, used in (("--from-beginning", from_beginning),
                                    ("--offset", offset is not None),
                                    ("--from-timestamp", from_timestamp is not None)) if used]
     if len(given) > 1:
         raise CliError(f"{' and '.join(given)} contradict each other: give at most one")
     start = _parse_start(from_beginning, offset, from_timestamp)
+    reset = _group_reset(group, start, partitions) if group is not None else ""
     num_partitions = _existing_partitions(name, brokers, TIMEOUT_MS_DEFAULT)
     wanted = list(dict.fromkeys(partitions)) or list(range(num_partitions))
     unknown = [p for p in wanted if p >= num_partitions]
@@ -231,10 +248,16 @@ def consume(name: str, from_beginning: bool, offset: str | None, from_timestamp:
                        f"0..{num_partitions - 1}")
     write = _record_writer(fmt, print_key=print_key, separator=key_separator.encode(),
                            use_base64=use_base64)
-    what = f"cannot consume topic {name!r}"
+    what = f"cannot consume topic {name!r}" + (f" as group {group!r}" if group else "")
     try:
-        _consume(name, wanted, start, num=num, idle_timeout_ms=idle_timeout_ms, write=write,
-                 brokers=brokers)
+        if group is not None:
+            signum = _consume_group(name, group, reset, num=num, idle_timeout_ms=idle_timeout_ms,
+                                    write=write, brokers=brokers)
+            if signum is not None:
+                sys.exit(128 + signum)  # as a shell reports a process ended by that signal
+        else:
+            _consume(name, wanted, start, num=num, idle_timeout_ms=idle_timeout_ms,
+                     write=write, brokers=brokers)
     except TidelogError as e:
         raise fail(what, e, brokers) from None
     except BrokenPipeError:
@@ -285,24 +308,109 @@ def _consume(name: str, partitions: list[int], start: tuple[str, int], *, num: i
                   client_id="tidelog-cli", request_timeout_ms=TIMEOUT_MS_DEFAULT) as consumer:
         consumer.assign(tps)
         _seek(consumer, tps, start)
-        remaining = num
+        _poll_loop(consumer, num=num, idle_timeout_ms=idle_timeout_ms, write=write,
+                   stopped=lambda: False)
+
+
+def _poll_loop(consumer: Any, *, num: int | None, idle_timeout_ms: int | None,
+               write: Callable[[list[ConsumerRecord]], None],
+               stopped: Callable[[], bool]) -> None:
+    """Poll and write until --num records, --timeout-ms idle, or ``stopped()`` (a signal)."""
+    remaining = num
+    last_record = time.monotonic()
+    # Bounded by --num, --timeout-ms, or the user (Ctrl-C, SIGTERM) when neither is given.
+    while (remaining is None or remaining > 0) and not stopped():
+        wait_ms = POLL_TIMEOUT_MS_MAX
+        if idle_timeout_ms is not None:
+            idle_ms = (time.monotonic() - last_record) * 1000
+            if idle_ms >= idle_timeout_ms:
+                return
+            wait_ms = max(1, min(wait_ms, int(idle_timeout_ms - idle_ms)))
+        records = consumer.poll(timeout_ms=wait_ms, max_records=remaining)
+        if not records:
+            continue
         last_record = time.monotonic()
-        # Bounded by --num, --timeout-ms, or the user (Ctrl-C) when neither is given.
-        while remaining is None or remaining > 0:
-            wait_ms = POLL_TIMEOUT_MS_MAX
-            if idle_timeout_ms is not None:
-                idle_ms = (time.monotonic() - last_record) * 1000
-                if idle_ms >= idle_timeout_ms:
-                    return
-                wait_ms = max(1, min(wait_ms, int(idle_timeout_ms - idle_ms)))
-            records = consumer.poll(timeout_ms=wait_ms, max_records=remaining)
-            if not records:
-                continue
-            last_record = time.monotonic()
-            if remaining is not None:
-                records = records[:remaining]
-                remaining -= len(records)
-            write(records)
+        if remaining is not None:
+            records = records[:remaining]
+            remaining -= len(records)
+        write(records)
+
+
+# ----------------------------------------------------------------------- consume --group
+def _group_reset(group: str, start: tuple[str, int], partitions: tuple[int, ...]) -> str:
+    """The auto_offset_reset of a group member: where a partition without a committed offset
+    starts. Options that choose partitions or positions are refused: the group chooses them."""
+    if not group or len(group) > GROUP_TEXT_LENGTH_MAX:
+        raise CliError(f"invalid --group {group!r}: give a non-empty name of at most "
+                       f"{GROUP_TEXT_LENGTH_MAX} characters")
+    if partitions:
+        raise CliError("--partition cannot be used with --group: the group assigns the "
+                       "partitions to its members (drop --group to read chosen partitions)")
+    how, _ = start
+    if how not in ("earliest", "latest"):
+        raise CliError("--offset N, --offset -N and --from-timestamp cannot be used with "
+                       "--group: a member starts at the group's committed offsets "
+                       "(--from-beginning or --offset earliest|latest say where when it has "
+                       "none); to move them: tidelog group reset-offsets")
+    return how
+
+
+class _StopOnSignal:
+    """While entered, SIGINT and SIGTERM ask the poll loop to stop (checked after each poll,
+    so within POLL_TIMEOUT_MS_MAX) instead of interrupting it, so the consumer then commits
+    and leaves the group in close(). A second signal acts as usual (stops at once)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT
+                      else signal.SIG_DFL)
+
+    def __enter__(self) -> _StopOnSignal:
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _consume_group(name: str, group: str, reset: str, *, num: int | None,
+                   idle_timeout_ms: int | None, write: Callable[[list[ConsumerRecord]], None],
+                   brokers: str) -> int | None:
+    """Subscribe as a member of ``group`` and print what it is given; returns the signal that
+    stopped it (None: --num or --timeout-ms). Auto-commit commits, inside poll(), positions of
+    records earlier polls returned, i.e. records already written; close() commits the rest,
+    then leaves the group, so the group's next member starts after the last record printed."""
+    from tidelog.client import Consumer, TopicPartition
+
+    with _StopOnSignal() as stop, Consumer(
+            parse_brokers(brokers), group_id=group, auto_offset_reset=reset,  # type: ignore[arg-type]
+            client_id="tidelog-cli", request_timeout_ms=TIMEOUT_MS_DEFAULT) as consumer:
+        consumer.subscribe([name])
+
+        def write_or_rewind(records: list[ConsumerRecord]) -> None:
+            try:
+                write(records)
+            except BrokenPipeError:
+                # Not all of these reached the reader: commit (in close()) from the first of
+                # them in each partition, so they are printed again rather than skipped.
+                first: dict[TopicPartition, int] = {}
+                for r in records:
+                    first.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+                for tp, offset in first.items():
+                    consumer.seek(tp, offset)
+                raise
+
+        _poll_loop(consumer, num=num, idle_timeout_ms=idle_timeout_ms, write=write_or_rewind,
+                   stopped=lambda: stop.signum is not None)
+    return stop.signum
 
 
 def _seek(consumer: Any, tps: list[Any], start: tuple[str, int]) -> None:
