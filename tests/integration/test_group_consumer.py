@@ -351,3 +351,16 @@ def test_a_fatal_heartbeat_error_is_raised_from_poll_by_name(cluster: ClusterHar
                 c.poll(timeout_ms=50)
         with pytest.raises(UnsupportedAssignorError):  # the member stays stopped
             c.poll(timeout_ms=0)
+
+
+def test_describe_shows_each_members_client_id_and_host(cluster: ClusterHarness) -> None:
+    """The consumer sends its client_id with every call (gRPC metadata ``client-id``, as
+    Kafka's request header carries client.id); the coordinator keeps it in the member record."""
+    topic = new_topic(cluster, records=1, partitions=2)
+    with consumer(cluster, "described", client_id="orders-reader-7") as c:
+        c.subscribe([topic])
+        poll_until([c], lambda: len(c.assignment()) == 2, what="the assignment")
+        with Admin(cluster.bootstrap) as admin:
+            group = admin.describe_groups(["described"]).all()["described"]
+        [member] = group.members
+        assert (member.client_id, member.client_host) == ("orders-reader-7", "127.0.0.1")

@@ -180,3 +180,9 @@ def test_admin_result_semantics() -> None:
         result.all()
     assert info.value.code == error.code and not info.value.retriable
     assert AdminResult({"a": 1}).all() == {"a": 1}
+
+
+@pytest.mark.parametrize("client_id", ["naïve", "tab\there", "x" * 256])
+def test_a_client_id_that_cannot_travel_as_grpc_metadata_is_refused(client_id: str) -> None:
+    with pytest.raises(ValueError, match="client_id must be printable ASCII"):
+        Consumer("127.0.0.1:1", client_id=client_id)

@@ -325,6 +325,20 @@ class _StreamUnsupported(Exception):
     """The broker has no such stream (UNIMPLEMENTED): nothing was handled; use unary calls."""
 
 
+#: The gRPC metadata key carrying the client's ``client_id`` (Kafka's ``client.id``).
+CLIENT_ID_METADATA_KEY = "client-id"
+#: Longest client id accepted (a gRPC metadata value; Kafka's group describe shows it).
+CLIENT_ID_LENGTH_MAX = 255
+
+
+def check_client_id(client_id: str) -> None:
+    """ValueError unless ``client_id`` can travel as gRPC metadata (printable ASCII)."""
+    if not isinstance(client_id, str) or len(client_id) > CLIENT_ID_LENGTH_MAX or not (
+            client_id.isascii() and client_id.isprintable()):
+        raise ValueError(f"client_id must be printable ASCII of at most {CLIENT_ID_LENGTH_MAX} "
+                         f"characters, got {client_id!r:.80}")
+
+
 class Connections:
     """One gRPC channel per broker address, opened on first use; used on the I/O loop only.
 
@@ -336,7 +350,12 @@ class Connections:
     stream method (UNIMPLEMENTED: an older build) is asked by unary calls from then on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, client_id: str = "") -> None:
+        check_client_id(client_id)
+        # Sent with every call, as Kafka's request header carries client.id: the brokers show
+        # it in DescribeGroups (broker.handlers.groups.client_identity reads the same key).
+        self._call_metadata: tuple[tuple[str, str], ...] | None = (
+            ((CLIENT_ID_METADATA_KEY, client_id),) if client_id else None)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, BrokerServiceStub] = {}
         self._streams: dict[tuple[str, str], _Stream] = {}
@@ -369,7 +388,8 @@ class Connections:
         """Call ``method`` on the broker at ``address``; transport failures become typed errors."""
         rpc = getattr(self.stub(address), method)
         try:
-            return await rpc(request, timeout=max(timeout_ms, 1) / 1000)
+            return await rpc(request, timeout=max(timeout_ms, 1) / 1000,
+                             metadata=self._call_metadata)
         except grpc.aio.AioRpcError as e:
             raise error_from_rpc(e, address) from None
 
@@ -387,7 +407,8 @@ class Connections:
         try:
             call = stream.call
             if call is None:
-                call = stream.call = getattr(self.stub(address), method + "Stream")()
+                call = stream.call = getattr(self.stub(address), method + "Stream")(
+                    metadata=self._call_metadata)
             try:
                 async with asyncio.timeout(max(timeout_ms, 1) / 1000):
                     await call.write(request)
@@ -474,7 +495,8 @@ class Connections:
                 raise _StreamUnsupported()
             call = mux.call
             if call is None:
-                call = mux.call = getattr(self.stub(address), method + "Stream")()
+                call = mux.call = getattr(self.stub(address), method + "Stream")(
+                    metadata=self._call_metadata)
                 mux.reader = asyncio.get_running_loop().create_task(
                     self._read_answers(mux, call, address, method))
             try:

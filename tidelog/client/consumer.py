@@ -130,7 +130,7 @@ class Consumer:
         self._retry_backoff_ms = retry_backoff_ms
         self._backoff = Backoff(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self._io = io_thread()
-        self._conns = Connections()
+        self._conns = Connections(client_id)
         self._metadata = MetadataManager(
             parse_bootstrap(bootstrap_servers), self._conns, loop=self._io.loop,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,

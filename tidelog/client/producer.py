@@ -147,7 +147,7 @@ class Producer:
             retry_backoff_max_ms=retry_backoff_max_ms,
         )
         self._io = io_thread()
-        self._conns = Connections()
+        self._conns = Connections(client_id)
         self._metadata = MetadataManager(
             self._bootstrap, self._conns, loop=self._io.loop,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
