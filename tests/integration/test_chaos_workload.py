@@ -13,13 +13,18 @@ read from their data dirs. What it checks:
 - the replica dumps of the healthy cluster agree (three replicas of every partition, the same
   batches below the HW), and a dump altered in one batch is reported as replica-divergence;
 - the checkers can fail: an acknowledged value removed from every poll of a copy of the history
-  (the cluster itself untouched) is a lost-write, which breaks the promise.
+  (the cluster itself untouched) is a lost-write, which breaks the promise;
+- client errors never end the workload: against an address where nothing listens every send
+  is recorded as fail (send() raised: nothing was sent), the assign consumer keeps reopening
+  until the deadline, the group consumers' polls return nothing, every worker stops, and the
+  history is valid.
 
 Every wait is bounded; the module takes about half a minute.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +49,7 @@ from chaos.workload import (
     wait_for_replicas_in_sync,
 )
 from tidelog.client import Admin, NewTopic
+from tidelog.local_cluster import HOST, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +161,7 @@ def test_an_acknowledged_value_dropped_from_the_reads_is_a_lost_write(run: Run,
     acked = sorted((e.op.partition or 0, e.op.offset or 0, e.op.value) for e in history
                    if isinstance(e.op, Send) and e.op.type == "ok")
     # Not the last of its partition: reads went past it, so it is lost rather than unseen.
-    partition, offset, value = next(a for a, b in zip(acked, acked[1:], strict=False)
+    partition, offset, value = next(a for a, b in itertools.pairwise(acked)
                                     if a[0] == b[0])
     tampered = tmp_path / "history.jsonl"
     with open(run.history) as src, open(tampered, "w") as dst:
@@ -171,3 +177,28 @@ def test_an_acknowledged_value_dropped_from_the_reads_is_a_lost_write(run: Run,
     assert lost.examples[0].details["offset"] == offset
     assert lost.examples[0].details["partition"] == partition
     assert check.forbidden_kinds == ("lost-write",), anomalies(check)
+
+
+def test_client_errors_are_recorded_and_never_end_the_workload(tmp_path: Path) -> None:
+    nowhere = f"{HOST}:{free_ports(1)[0]}"
+    quick = ClientSettings(request_timeout_ms=300, delivery_timeout_ms=1_000, max_block_ms=300,
+                           close_timeout_ms=1_000, reopen_backoff_ms=50)
+    config = QueueWorkloadConfig(nowhere, TOPIC, duration_s=2.0, rate_per_s=20.0,
+                                 finish_timeout_s=10.0, client=quick,
+                                 producers=(ProducerSpec("all", True), ProducerSpec("1", False)))
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        result = QueueWorkload(config, RunContext(writer)).run()
+    assert result.stuck == ()
+    history = read_history(tmp_path / "history.jsonl")
+    sends = [e.op for e in history if isinstance(e.op, Send) and e.op.type != "invoke"]
+    assert sends and all(op.type == "fail" and op.error for op in sends)
+    producers = [w for w in result.workers if w.kind == "producer"]
+    assert all(w.stats.fail == w.stats.invoked > 0 for w in producers), result.to_json()
+    # The assign consumer cannot even find the partitions: it reopens until the deadline.
+    (assign,) = [w for w in result.workers if w.kind == "assign-consumer"]
+    assert assign.stats.errors["NETWORK_EXCEPTION"] >= 2, result.to_json()
+    # A group member without a coordinator polls on and gets nothing, as Kafka's does.
+    polls = [e.op for e in history if isinstance(e.op, Poll) and e.op.type == "ok"]
+    for process in result.processes_of("group-consumer"):
+        assert any(op.process == process for op in polls), result.to_json()
+    assert all(not op.records for op in polls)
