@@ -16,7 +16,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \
 	chaos/history.py chaos/checkers chaos/workload
 
-.PHONY: run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume clean venv
+.PHONY: run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
 venv: $(STAMP)
 
@@ -70,6 +70,10 @@ bench-controller: $(STAMP)
 
 bench-produce-consume: $(STAMP)
 	$(PY) -m bench.produce_consume
+
+# Consumer groups: rebalance times (join, leave, kill -9), offset commits/s, group consume.
+bench-groups: $(STAMP)
+	$(PY) -m bench.groups
 
 bench: bench-storage bench-controller bench-produce-consume
 
