@@ -91,6 +91,9 @@ class LocalCluster:
     nodes: dict[str, NodeSpec] = field(default_factory=dict)
     #: Extra keys per table, e.g. {"controller": {"broker_session_timeout_ms": 3000}}.
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Extra environment variables per node name for every start of it, kept in cluster.json so
+    #: a later CLI call restarts a node the same way (chaos/ routes a node's links with them).
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -122,10 +125,11 @@ class LocalCluster:
         base = Path(base_dir).resolve()
         state = json.loads((base / STATE_FILE).read_text())
         nodes = {n["name"]: NodeSpec(**n) for n in state["nodes"]}
-        return cls(base, state["cluster_id"], nodes, state.get("overrides", {}))
+        return cls(base, state["cluster_id"], nodes, state.get("overrides", {}),
+                   state.get("env", {}))
 
     def save(self) -> None:
-        state = {"cluster_id": self.cluster_id, "overrides": self.overrides,
+        state = {"cluster_id": self.cluster_id, "overrides": self.overrides, "env": self.env,
                  "nodes": [asdict(n) for n in self.nodes.values()]}
         # A temp name per process and thread: two savers (e.g. nodes started from several
         # threads) never write into each other's file; the last rename wins whole.
@@ -151,8 +155,11 @@ class LocalCluster:
         lines = [f"node_id = {spec.node_id}", f'data_dir = "{self.data_dir(spec.name)}"',
                  f"roles = {json.dumps(spec.roles)}", f'cluster_id = "{self.cluster_id}"',
                  f'cluster_secret_file = "{self.secret_path}"', ""]
-        lines += ["[controller]", f'listen_host = "{HOST}"', f'raft_listen_host = "{HOST}"',
-                  *_toml_items(self.overrides.get("controller", {})), ""]
+        # An override may replace a default key (chaos/ moves raft_listen_host): TOML refuses
+        # a key given twice.
+        controller = {"listen_host": HOST, "raft_listen_host": HOST}
+        lines += ["[controller]",
+                  *_toml_items(controller | self.overrides.get("controller", {})), ""]
         lines += ["[broker]", f'host = "{HOST}"', f'listen_host = "{HOST}"',
                   f"port = {spec.broker_port or 9092}",
                   f'inter_broker_listen_host = "{HOST}"',
@@ -204,7 +211,8 @@ class LocalCluster:
         if self.is_running(name):
             return spec.pid
         log = open(self.log_path(name), "ab")  # noqa: SIM115 - handed to the child
-        environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(name, {}),
+                       **(env or {})}
         proc = subprocess.Popen(
             [sys.executable, "-m", "tidelog.cli", "server", "--config",
              str(self.config_path(name))],
