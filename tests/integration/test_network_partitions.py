@@ -23,7 +23,7 @@ What it checks (RF=3, min.insync.replicas=2, broker session timeout 3 s, replica
 
 How. Every broker process is started with ``grpc_proxy=http://127.0.0.1:<port>`` (gRPC's own HTTP
 CONNECT support, through the harness's per-node ``env``), pointing at a small CONNECT router in
-this module: one listening port per broker, and each tunnel it is asked for goes to a Toxiproxy
+chaos/router.py: one listening port per broker, and each tunnel it is asked for goes to a Toxiproxy
 link of its own, ``broker-N>controller-M`` or ``broker-N>broker-K``. So every outgoing gRPC
 connection of a broker (heartbeats and the metadata stream to each controller, replication
 fetches to each leader's inter-broker port) crosses exactly one link, and a toxic on a link is
@@ -42,7 +42,6 @@ bounded polls; nothing sleeps to assert.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import re
@@ -71,6 +70,7 @@ from replica_checks import (
 from toxiproxy import Proxy
 
 from chaos import proxies
+from chaos.router import LinkRouter as ConnectRouter
 from tidelog.client import ConsumerRecord, Producer, TopicPartition
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode
@@ -91,107 +91,6 @@ LATENCY_MS = 150
 PRODUCER: dict[str, Any] = dict(request_timeout_ms=PRODUCE_TIMEOUT_MS, retry_backoff_ms=50,
                                 delivery_timeout_ms=60_000, retry_backoff_max_ms=500,
                                 max_block_ms=10_000)
-
-
-# --- the CONNECT router --------------------------------------------------------------------------
-
-HEAD_BYTES_MAX = 8 * 1024
-HEAD_TIMEOUT_S = 5.0
-UPSTREAM_CONNECT_TIMEOUT_S = 5.0
-CHUNK_BYTES = 64 * 1024
-
-
-class ConnectRouter:
-    """An HTTP CONNECT proxy for gRPC's ``grpc_proxy``, on an asyncio loop of its own thread.
-
-    One listening port per source node; a tunnel to ``127.0.0.1:<port>`` asked for on a source's
-    port is connected to the upstream routed for (source, port), a Toxiproxy link. A target with
-    no route, or a link that refuses (cut), is answered 502, and gRPC sees a failed connect.
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="connect-router",
-                                        daemon=True)
-        self._servers: list[asyncio.Server] = []
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._routes: dict[tuple[str, int], tuple[str, int]] = {}
-        self.unrouted: list[tuple[str, str]] = []
-        self.tunnels: collections.Counter[str] = collections.Counter()  # opened, by source
-        self._thread.start()
-
-    def listen(self, source: str) -> int:
-        """A port for ``source``'s tunnels; returns it."""
-        async def start() -> asyncio.Server:
-            return await asyncio.start_server(
-                lambda r, w: self._tunnel(source, r, w), HOST, 0)
-        server = asyncio.run_coroutine_threadsafe(start(), self._loop).result(10)
-        self._servers.append(server)
-        return int(server.sockets[0].getsockname()[1])
-
-    def route(self, source: str, target_port: int, upstream: tuple[str, int]) -> None:
-        self._routes[(source, target_port)] = upstream
-
-    def close(self) -> None:
-        async def stop() -> None:
-            for server in self._servers:
-                server.close()
-            for writer in list(self._writers):
-                writer.transport.abort()
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
-
-    async def _tunnel(self, source: str, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        upstream_writer: asyncio.StreamWriter | None = None
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-            if len(head) > HEAD_BYTES_MAX:
-                return
-            words = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            target = words[1] if len(words) == 3 and words[0] == "CONNECT" else ""
-            port = target.rpartition(":")[2]
-            upstream = self._routes.get((source, int(port))) if port.isdigit() else None
-            if upstream is None:
-                self.unrouted.append((source, target))
-                writer.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
-                return
-            try:
-                upstream_reader, connected = await asyncio.wait_for(
-                    asyncio.open_connection(*upstream), UPSTREAM_CONNECT_TIMEOUT_S)
-            except (OSError, TimeoutError):
-                writer.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
-                return
-            upstream_writer = connected
-            self._writers.add(connected)
-            self.tunnels[source] += 1
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            # Either side ending ends the tunnel (gRPC has no use for half-open connections).
-            pipes = {asyncio.ensure_future(_pipe(reader, connected)),
-                     asyncio.ensure_future(_pipe(upstream_reader, writer))}
-            _, pending = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                TimeoutError, asyncio.CancelledError):
-            pass
-        finally:
-            for w in (writer, upstream_writer):
-                if w is not None:
-                    self._writers.discard(w)
-                    w.close()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-        while data := await reader.read(CHUNK_BYTES):
-            writer.write(data)
-            await writer.drain()
 
 
 # --- the cluster ---------------------------------------------------------------------------------
