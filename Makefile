@@ -14,7 +14,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	broker/replica_manager.py broker/partition.py broker/partition_writer.py broker/handlers \
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \
-	chaos/history.py chaos/checkers chaos/workload
+	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py
 
 .PHONY: run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
