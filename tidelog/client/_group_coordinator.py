@@ -1,19 +1,20 @@
 """The consumer's conversation with its group coordinator, on the client I/O loop (Kafka's
 CoordinatorRequestManager, HeartbeatRequestManager and CommitRequestManager).
 
-- **Finding the coordinator**: FindCoordinator to any broker (the known ones, then the
-  bootstrap list); the answer is kept until a request to it fails with NOT_COORDINATOR,
-  COORDINATOR_NOT_AVAILABLE or a network error, and then found again with backoff.
-  COORDINATOR_LOAD_IN_PROGRESS is retried at the same coordinator after a backoff.
+- **Finding the coordinator**: :class:`~tidelog.client._coordinator_lookup.CoordinatorLookup`,
+  the one the Admin uses too: FindCoordinator to any broker, the answer kept until a request to
+  it fails with NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a network error, and then found
+  again; COORDINATOR_LOAD_IN_PROGRESS is retried at the same coordinator after a backoff.
 - **Heartbeats**: one task per consumer sends what the pure :class:`Membership` says, when it
   says (every heartbeat interval, at once when the member has something to report), one at a
   time, independent of ``poll()``; after each answer it wakes the application thread (work for
   ``poll()``) and whoever waits for a new member epoch (a commit that got STALE_MEMBER_EPOCH).
   It also checks the poll timer (max_poll_interval_ms).
 - **Offsets**: :meth:`GroupCoordinator.commit` (OffsetCommit with the member id and epoch) and
-  :meth:`GroupCoordinator.fetch_committed` (OffsetFetch), retried on retriable errors until their
-  deadline; STALE_MEMBER_EPOCH waits for the next heartbeat's epoch and retries (at most
-  ``STALE_EPOCH_RETRIES_MAX`` times).
+  :meth:`GroupCoordinator.fetch_committed` (OffsetFetch), retried by the shared coordinator
+  retry policy (``_coordinator_lookup.retrying``) until their deadline; STALE_MEMBER_EPOCH (or
+  no member epoch yet) waits for the next heartbeat's epoch and retries, at most
+  ``STALE_EPOCH_RETRIES_MAX`` times.
 
 The membership is shared with the application thread; every use holds ``lock`` (never across
 an await, never around a user callback), so neither thread waits long for the other.
@@ -28,13 +29,14 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
+from tidelog.client._coordinator_lookup import CoordinatorLookup, retrying
 from tidelog.client._io import Connections, monotonic_ms
 from tidelog.client._membership import Membership, MemberState
 from tidelog.client._metadata import Backoff, MetadataManager
 from tidelog.client.records import OffsetAndMetadata, TopicPartition
 from tidelog.errors import (
-    CoordinatorNotAvailableError,
     ErrorCode,
+    StaleMemberEpochError,
     TidelogError,
     UnknownMemberIdError,
     error_for_code,
@@ -49,9 +51,11 @@ log = logging.getLogger(__name__)
 STALE_EPOCH_RETRIES_MAX = 3
 #: The heartbeat task wakes at least this often even with nothing due (checks its timers).
 HEARTBEAT_TASK_TICK_MS = 1_000
-#: Codes after which the coordinator must be found again.
-_FIND_AGAIN_CODES = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                               ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+
+
+class _NotJoinedError(UnknownMemberIdError):
+    """A commit while the member has no epoch (joining, fenced, or left): like
+    STALE_MEMBER_EPOCH, it waits for the next heartbeat and tries again."""
 
 
 class GroupCoordinator:
@@ -64,13 +68,14 @@ class GroupCoordinator:
         self.membership = membership
         self.lock = threading.Lock()
         self._metadata = metadata
-        self._conns = conns
         self._loop = loop
         self._request_timeout_ms = request_timeout_ms
         self._backoff = backoff
         self._on_event = on_event
         self._rng = random.Random()
-        self._address: str | None = None
+        self._lookup = CoordinatorLookup(group_id, metadata=metadata, conns=conns,
+                                         request_timeout_ms=request_timeout_ms,
+                                         backoff=backoff, rng=self._rng)
         self._wake = asyncio.Event()
         #: Set (and replaced) after every heartbeat outcome: commits waiting for an epoch.
         self._heartbeat_done = asyncio.Event()
@@ -88,59 +93,6 @@ class GroupCoordinator:
         if self._task is None and not self._closed:
             self._task = self._loop.create_task(self._heartbeat_loop(),
                                                 name=f"heartbeat-{self.group_id}")
-
-    # --- coordinator discovery ------------------------------------------------------------------
-
-    async def _coordinator(self, deadline_ms: int) -> str:
-        """The coordinator's address, found with FindCoordinator if not known."""
-        attempts = 0
-        while self._address is None:  # bounded by the deadline
-            try:
-                self._address = await self._find_once(deadline_ms)
-                break
-            except TidelogError as error:
-                if not error.retriable:
-                    raise
-                attempts += 1
-                delay = self._backoff.delay_ms(attempts, self._rng)
-                if monotonic_ms() + delay >= deadline_ms:
-                    raise
-                await asyncio.sleep(delay / 1000)
-        return self._address
-
-    async def _find_once(self, deadline_ms: int) -> str:
-        snapshot = self._metadata.snapshot
-        known = [b.address for b in snapshot.brokers.values() if not b.fenced]
-        addresses = list(dict.fromkeys(known + self._metadata.bootstrap))
-        self._rng.shuffle(addresses)
-        last: TidelogError = CoordinatorNotAvailableError(
-            f"no broker answered FindCoordinator for group {self.group_id!r}")
-        for address in addresses[:8]:
-            timeout = min(self._request_timeout_ms, deadline_ms - monotonic_ms())
-            if timeout <= 0:
-                break
-            try:
-                response = await self._conns.call(
-                    address, "FindCoordinator", pb.FindCoordinatorRequest(
-                        group_ids=[self.group_id]), timeout_ms=timeout)
-            except TidelogError as error:
-                last = error
-                continue
-            if not response.coordinators:
-                continue
-            found = response.coordinators[0]
-            if found.error_code != ErrorCode.NONE:
-                raise error_for_code(found.error_code, f"group {self.group_id!r}: "
-                                     f"{found.error_message}")
-            return f"{found.endpoint.host}:{found.endpoint.port}"
-        if last.retriable:
-            raise CoordinatorNotAvailableError(
-                f"the coordinator of group {self.group_id!r} could not be found: {last}")
-        raise last
-
-    def _coordinator_failed(self, code: int) -> None:
-        if code in _FIND_AGAIN_CODES:
-            self._address = None
 
     # --- heartbeats -----------------------------------------------------------------------------
 
@@ -188,24 +140,22 @@ class GroupCoordinator:
     async def _send_heartbeat(self, request: pb.ConsumerGroupHeartbeatRequest) -> None:
         deadline = monotonic_ms() + self._request_timeout_ms
         try:
-            address = await self._coordinator(deadline)
-            response = await self._conns.call(
-                address, "ConsumerGroupHeartbeat", request,
-                timeout_ms=max(1, deadline - monotonic_ms()))
+            response = await self._lookup.send("ConsumerGroupHeartbeat", request,
+                                               deadline_ms=deadline)
         except TidelogError as error:
-            self._coordinator_failed(error.code)
+            self._lookup.on_error(error.code)
             with self.lock:
                 self.membership.on_heartbeat_error(error.code, error.message, monotonic_ms(),
                                                    self._rng)
         except Exception as error:  # a bug or an unreadable answer: the heartbeat must not
             # stay "in flight" for ever (that would end heartbeats silently); retried.
             log.exception("group %r: a heartbeat failed unexpectedly", self.group_id)
-            self._coordinator_failed(ErrorCode.NETWORK_EXCEPTION)
+            self._lookup.on_error(ErrorCode.NETWORK_EXCEPTION)
             with self.lock:
                 self.membership.on_heartbeat_error(ErrorCode.NETWORK_EXCEPTION, repr(error),
                                                    monotonic_ms(), self._rng)
         else:
-            self._coordinator_failed(response.error_code)
+            self._lookup.on_error(response.error_code)
             with self.lock:
                 self.membership.on_heartbeat_response(response, monotonic_ms(), self._rng)
         done, self._heartbeat_done = self._heartbeat_done, asyncio.Event()
@@ -231,65 +181,37 @@ class GroupCoordinator:
                      deadline_ms: int) -> None:
         """OffsetCommit with the member's id and epoch; raises the typed error of the first
         partition that failed for good, or of the deadline."""
+        request = _commit_request(self.group_id, offsets)
         stale_retries = 0
-        attempts = 0
         while True:  # bounded by the deadline and STALE_EPOCH_RETRIES_MAX
-            with self.lock:
-                identity = self.membership.commit_identity()
-            error: TidelogError | None
-            if identity is None:
-                error = UnknownMemberIdError(
-                    f"the consumer is not a member of group {self.group_id!r} now (joining, "
-                    "fenced or left): it cannot commit until it has joined")
-            else:
-                error = await self._commit_once(offsets, identity, deadline_ms)
-            if error is None:
+            try:
+                await retrying(lambda: self._commit_once(request, deadline_ms),
+                               deadline_ms=deadline_ms, idempotent=True,
+                               backoff=self._backoff, rng=self._rng)
                 return
-            if error.code == ErrorCode.STALE_MEMBER_EPOCH or identity is None:
+            except (StaleMemberEpochError, _NotJoinedError) as error:
                 if stale_retries >= STALE_EPOCH_RETRIES_MAX:
-                    raise error
+                    raise
                 stale_retries += 1
                 await self._wait_for_heartbeat(deadline_ms)
-            elif error.retriable:
-                attempts += 1
-                await self._backoff_sleep(attempts, deadline_ms, error)
-            else:
-                raise error
-            if monotonic_ms() >= deadline_ms:
-                raise error
+                if monotonic_ms() >= deadline_ms:
+                    raise error from None
 
-    async def _commit_once(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
-                           identity: tuple[str, int], deadline_ms: int) -> TidelogError | None:
-        request = pb.OffsetCommitRequest(group_id=self.group_id, member_id=identity[0],
-                                         member_epoch=identity[1])
-        topics: dict[str, pb.OffsetCommitRequest.Topic] = {}
-        for tp, value in sorted(offsets.items()):
-            topic = topics.get(tp.topic)
-            if topic is None:
-                topic = topics[tp.topic] = request.topics.add(name=tp.topic)
-            topic.partitions.add(partition_id=tp.partition, committed_offset=value.offset,
-                                 committed_leader_epoch=(-1 if value.leader_epoch is None
-                                                         else value.leader_epoch),
-                                 metadata=value.metadata)
-        try:
-            address = await self._coordinator(deadline_ms)
-            response = await self._conns.call(
-                address, "OffsetCommit", request,
-                timeout_ms=max(1, min(self._request_timeout_ms, deadline_ms - monotonic_ms())))
-        except TidelogError as error:
-            self._coordinator_failed(error.code)
-            return error
-        first: TidelogError | None = None
-        if response.error_code != ErrorCode.NONE:
-            first = error_for_code(response.error_code, response.error_message)
-        for topic_result in response.topics:
-            for p in topic_result.partitions:
-                if p.error_code != ErrorCode.NONE and first is None:
-                    first = error_for_code(p.error_code, f"{topic_result.name}-"
-                                           f"{p.partition_id}: {p.error_message}")
-        if first is not None:
-            self._coordinator_failed(first.code)
-        return first
+    async def _commit_once(self, request: pb.OffsetCommitRequest, deadline_ms: int) -> None:
+        """One OffsetCommit with the member's identity as of now (a retry after a heartbeat
+        carries the new epoch); raises the first error of the answer."""
+        with self.lock:
+            identity = self.membership.commit_identity()
+        if identity is None:
+            raise _NotJoinedError(
+                f"the consumer is not a member of group {self.group_id!r} now (joining, "
+                "fenced or left): it cannot commit until it has joined")
+        request.member_id, request.member_epoch = identity
+        response = await self._lookup.send("OffsetCommit", request, deadline_ms=deadline_ms)
+        error = _commit_error(response)
+        if error is not None:
+            self._lookup.on_error(error.code)
+            raise error
 
     async def fetch_committed(self, partitions: Iterable[TopicPartition], *, deadline_ms: int
                               ) -> dict[TopicPartition, OffsetAndMetadata | None]:
@@ -302,27 +224,9 @@ class GroupCoordinator:
             if topic is None:
                 topic = topics[tp.topic] = request.topics.add(name=tp.topic)
             topic.partitions.append(tp.partition)
-        attempts = 0
-        while True:  # bounded by the deadline
-            try:
-                address = await self._coordinator(deadline_ms)
-                response = await self._conns.call(
-                    address, "OffsetFetch", request, timeout_ms=max(
-                        1, min(self._request_timeout_ms, deadline_ms - monotonic_ms())))
-                return _committed(response, wanted)
-            except TidelogError as error:
-                self._coordinator_failed(error.code)
-                if not error.retriable:
-                    raise
-                attempts += 1
-                await self._backoff_sleep(attempts, deadline_ms, error)
-
-    async def _backoff_sleep(self, attempts: int, deadline_ms: int,
-                             error: TidelogError) -> None:
-        delay = self._backoff.delay_ms(attempts, self._rng)
-        if monotonic_ms() + delay >= deadline_ms:
-            raise error
-        await asyncio.sleep(delay / 1000)
+        response = await self._lookup.call("OffsetFetch", request, deadline_ms=deadline_ms,
+                                           idempotent=True, check=_fetch_error)
+        return _committed(response, wanted)
 
     async def _wait_for_heartbeat(self, deadline_ms: int) -> None:
         """Until the next heartbeat outcome (a new epoch, perhaps), bounded by the deadline."""
@@ -342,19 +246,53 @@ class GroupCoordinator:
                 await task
 
 
+def _commit_request(group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+                    ) -> pb.OffsetCommitRequest:
+    """The OffsetCommit of ``offsets`` (member id and epoch are set by each attempt)."""
+    request = pb.OffsetCommitRequest(group_id=group_id)
+    topics: dict[str, pb.OffsetCommitRequest.Topic] = {}
+    for tp, value in sorted(offsets.items()):
+        topic = topics.get(tp.topic)
+        if topic is None:
+            topic = topics[tp.topic] = request.topics.add(name=tp.topic)
+        topic.partitions.add(partition_id=tp.partition, committed_offset=value.offset,
+                             committed_leader_epoch=(-1 if value.leader_epoch is None
+                                                     else value.leader_epoch),
+                             metadata=value.metadata)
+    return request
+
+
+def _commit_error(response: pb.OffsetCommitResponse) -> TidelogError | None:
+    """The answer's request-level error, else its first partition's."""
+    if response.error_code != ErrorCode.NONE:
+        return error_for_code(response.error_code, response.error_message)
+    for topic in response.topics:
+        for p in topic.partitions:
+            if p.error_code != ErrorCode.NONE:
+                return error_for_code(p.error_code,
+                                      f"{topic.name}-{p.partition_id}: {p.error_message}")
+    return None
+
+
+def _fetch_error(response: pb.OffsetFetchResponse) -> TidelogError | None:
+    """The answer's request-level error, else its first partition's."""
+    if response.error_code != ErrorCode.NONE:
+        return error_for_code(response.error_code, response.error_message)
+    for topic in response.topics:
+        for p in topic.partitions:
+            if p.error_code != ErrorCode.NONE:
+                return error_for_code(p.error_code, f"{topic.name}-{p.partition_id}: "
+                                      "committed offset not fetched")
+    return None
+
+
 def _committed(response: pb.OffsetFetchResponse, wanted: list[TopicPartition]
                ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-    if response.error_code != ErrorCode.NONE:
-        raise error_for_code(response.error_code, response.error_message)
     out: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
     for topic in response.topics:
         for p in topic.partitions:
             tp = TopicPartition(topic.name, p.partition_id)
-            if tp not in out:
-                continue
-            if p.error_code != ErrorCode.NONE:
-                raise error_for_code(p.error_code, f"{tp}: committed offset not fetched")
-            if p.committed_offset >= 0:
+            if tp in out and p.committed_offset >= 0:
                 out[tp] = OffsetAndMetadata(
                     p.committed_offset, p.metadata,
                     None if p.committed_leader_epoch < 0 else p.committed_leader_epoch)

@@ -1,43 +1,67 @@
-"""The Admin client: topics, partitions, configs, and the cluster and its controller quorum.
+"""The Admin client: topics, partitions, configs, consumer groups, and the cluster and its
+controller quorum.
 
 Every call goes to any reachable broker (the bootstrap list, then brokers learned from it); the
 broker answers reads itself and forwards writes to the active controller, answering only after
 the change is committed. A request-level error that is retriable (NOT_CONTROLLER while the
 quorum elects a leader, a broker that cannot be reached) is retried with backoff until the call's
-``timeout_ms`` (default ``default_api_timeout_ms``); others raise their typed error.
+``timeout_ms`` (default ``default_api_timeout_ms``); others raise their typed error. Group calls
+go to the group's coordinator instead (``_admin_groups.py``, with the lookup and retry policy
+the consumer uses: ``_coordinator_lookup.py``); this class keeps their public face and hands
+them over.
 
 Calls that name several items (topics, resources) report per item, as Kafka's Admin does: they
 return an ``AdminResult`` whose ``values`` hold what succeeded and ``errors`` the typed error of
 each item that failed. ``result.all()`` returns the values or raises the first error (in request
 order); ``result[name]`` returns one value or raises that item's error. Nothing per item is raised
-by the call itself, so one bad topic does not hide what happened to the others.
+by the call itself, so one bad topic does not hide what happened to the others. The value types
+live in ``_admin_types.py`` and ``_admin_groups.py`` and are exported from here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any
 
+from tidelog.client._admin_groups import (
+    GroupAdmin,
+    GroupDescription,
+    GroupListing,
+    GroupMemberDescription,
+    GroupOffset,
+    alter_offsets_request,
+    offset_delete_request,
+    offset_fetch_request,
+)
+from tidelog.client._admin_types import (
+    ALTER_OPS,
+    CONFIG_SOURCES,
+    RESOURCE_TYPES,
+    AdminResult,
+    AlterConfigOp,
+    BrokerDescription,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    CreatedTopic,
+    NewTopic,
+    PartitionDescription,
+    QuorumDescription,
+    TopicDescription,
+    TopicListing,
+    VoterDescription,
+    no_duplicates,
+    ordered,
+    topic_id_text,
+)
 from tidelog.client._fetcher import EARLIEST, LATEST, list_offsets
 from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
 from tidelog.client._metadata import Backoff, ClusterSnapshot, MetadataManager
 from tidelog.client.records import TopicPartition
-from tidelog.errors import (
-    DuplicateResourceError,
-    ErrorCode,
-    InvalidGroupIdError,
-    InvalidRequestError,
-    NetworkError,
-    RequestTimedOutError,
-    TidelogError,
-    UnknownMemberIdError,
-    error_for_code,
-)
+from tidelog.errors import ErrorCode, TidelogError, error_for_code
 from tidelog.metadata.topic_names import validate_topic_name
 from tidelog.v1 import broker_pb2, controller_pb2, metadata_pb2
 
@@ -62,248 +86,12 @@ __all__ = [
     "VoterDescription",
 ]
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 #: Request-level codes that say "the same write may succeed if sent again" without the risk that
 #: the first one was applied; REQUEST_TIMED_OUT is not among them (its outcome is unknown).
 _WRITE_RETRY_CODES = frozenset({
     ErrorCode.NOT_CONTROLLER, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.NETWORK_EXCEPTION,
 })
-#: Codes that say "find the coordinator again and resend" (Kafka's coordinator errors).
-_COORDINATOR_RETRY_CODES = frozenset({
-    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.NOT_COORDINATOR,
-})
-_SOURCES = {
-    controller_pb2.CONFIG_SOURCE_DEFAULT: "default",
-    controller_pb2.CONFIG_SOURCE_TOPIC: "topic",
-    controller_pb2.CONFIG_SOURCE_CLUSTER: "cluster",
-    controller_pb2.CONFIG_SOURCE_BROKER: "broker",
-}
-_OPS = {
-    "set": controller_pb2.ALTER_CONFIG_SET,
-    "delete": controller_pb2.ALTER_CONFIG_DELETE,
-    "append": controller_pb2.ALTER_CONFIG_APPEND,
-    "subtract": controller_pb2.ALTER_CONFIG_SUBTRACT,
-}
-_RESOURCE_TYPES = {
-    "topic": metadata_pb2.CONFIG_RESOURCE_TOPIC,
-    "broker": metadata_pb2.CONFIG_RESOURCE_BROKER,
-}
-
-
-# ---------------------------------------------------------------------------------- results
-@dataclass
-class AdminResult(Generic[K, V]):
-    """Per-item outcome of a call that names several items."""
-
-    values: dict[K, V] = field(default_factory=dict)
-    errors: dict[K, TidelogError] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def __getitem__(self, key: K) -> V:
-        """The item's value, or raise its error (KeyError for an item not in the request)."""
-        if key in self.errors:
-            raise self.errors[key]
-        return self.values[key]
-
-    def all(self) -> dict[K, V]:
-        """Every value, or raise the first item's error."""
-        for error in self.errors.values():
-            raise error
-        return dict(self.values)
-
-
-@dataclass(frozen=True)
-class NewTopic:
-    """A topic to create. -1 means the cluster default (num.partitions,
-    default.replication.factor). ``replica_assignment`` maps partition -> broker ids (preferred
-    leader first) and then requires num_partitions and replication_factor to be -1."""
-
-    name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    configs: Mapping[str, str] = field(default_factory=dict)
-    replica_assignment: Mapping[int, Sequence[int]] | None = None
-
-
-@dataclass(frozen=True)
-class CreatedTopic:
-    name: str
-    topic_id: str
-    num_partitions: int
-    replication_factor: int
-    configs: dict[str, str]
-
-
-@dataclass(frozen=True)
-class TopicListing:
-    name: str
-    topic_id: str
-    is_internal: bool
-    num_partitions: int
-
-
-@dataclass(frozen=True)
-class PartitionDescription:
-    """A partition's placement and, where the leader answered, its log offsets (-1: unknown)."""
-
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    offline_replicas: tuple[int, ...]
-    log_start_offset: int = -1
-    high_watermark: int = -1
-    log_end_offset: int = -1
-    size_bytes: int = -1
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    name: str
-    topic_id: str
-    is_internal: bool
-    partitions: tuple[PartitionDescription, ...]
-
-
-@dataclass(frozen=True)
-class ConfigResource:
-    """What a config belongs to: ``ConfigResource("topic", "orders")`` or
-    ``ConfigResource("broker", "101")`` (``"broker", ""`` is the cluster-wide default)."""
-
-    resource_type: Literal["topic", "broker"]
-    name: str
-
-    def __post_init__(self) -> None:
-        if self.resource_type not in _RESOURCE_TYPES:
-            raise ValueError(f"resource_type must be 'topic' or 'broker', got "
-                             f"{self.resource_type!r}")
-
-
-@dataclass(frozen=True)
-class ConfigEntry:
-    name: str
-    value: str
-    source: str  # "default", "topic", "cluster" or "broker"
-    read_only: bool = False
-    sensitive: bool = False
-    documentation: str = ""
-
-
-@dataclass(frozen=True)
-class AlterConfigOp:
-    """One incremental change: set (the default), delete (back to the default), append to or
-    subtract from a list-valued config."""
-
-    name: str
-    value: str | None = None
-    op: Literal["set", "delete", "append", "subtract"] = "set"
-
-    def __post_init__(self) -> None:
-        if self.op not in _OPS:
-            raise ValueError(f"op must be one of {sorted(_OPS)}, got {self.op!r}")
-        if self.op != "delete" and self.value is None:
-            raise ValueError(f"config {self.name!r}: op {self.op!r} needs a value")
-
-
-@dataclass(frozen=True)
-class BrokerDescription:
-    broker_id: int
-    host: str
-    port: int
-    rack: str
-    fenced: bool
-
-
-@dataclass(frozen=True)
-class ClusterDescription:
-    cluster_id: str
-    controller_id: int
-    brokers: tuple[BrokerDescription, ...]
-    metadata_offset: int
-
-
-@dataclass(frozen=True)
-class VoterDescription:
-    node_id: int
-    raft_address: str
-    host: str
-    port: int
-    commit_index: int
-    applied_index: int
-    metadata_offset: int
-    lag: int
-    connected: bool
-    is_leader: bool
-
-
-@dataclass(frozen=True)
-class QuorumDescription:
-    cluster_id: str
-    leader_id: int
-    leader_epoch: int
-    high_watermark: int
-    responder_id: int
-    metadata_offset: int
-    voters: tuple[VoterDescription, ...]
-
-
-@dataclass(frozen=True)
-class GroupListing:
-    """A consumer group as its coordinator lists it (state: Empty, Assigning, Reconciling,
-    Stable or Dead) and the broker that coordinates it."""
-
-    group_id: str
-    state: str
-    coordinator: int
-
-
-@dataclass(frozen=True)
-class GroupMemberDescription:
-    """A member of a consumer group: its ids, epoch, subscription (topic names and/or a
-    regex), current assignment and the target assignment it is moving to."""
-
-    member_id: str
-    instance_id: str
-    client_host: str
-    member_epoch: int
-    subscribed_topics: tuple[str, ...]
-    assignment: tuple[TopicPartition, ...]
-    client_id: str = ""
-    subscribed_topic_regex: str = ""
-    target_assignment: tuple[TopicPartition, ...] = ()
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A consumer group: state, group and assignment epochs, server assignor, members."""
-
-    group_id: str
-    state: str
-    group_epoch: int
-    assignment_epoch: int
-    assignor: str
-    members: tuple[GroupMemberDescription, ...]
-    coordinator: int
-
-
-@dataclass(frozen=True)
-class GroupOffset:
-    """A committed offset of a group: the next offset to consume, its leader epoch (-1
-    unknown), the committer's metadata, and the lag (high watermark - offset, floored at 0;
-    -1 when the coordinator's broker does not host the partition)."""
-
-    offset: int
-    leader_epoch: int
-    metadata: str
-    lag: int
 
 
 # ---------------------------------------------------------------------------------- client
@@ -338,6 +126,8 @@ class Admin:
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms, metadata_max_age_ms=300_000,
         )
+        self._groups = GroupAdmin(metadata=self._metadata, conns=self._conns,
+                                  request_timeout_ms=request_timeout_ms, backoff=self._backoff)
         self._closed = False
 
     # ------------------------------------------------------------------ topics
@@ -347,7 +137,7 @@ class Admin:
         InvalidPartitionsError, InvalidReplicationFactorError, InvalidReplicaAssignmentError,
         InvalidConfigError, PolicyViolationError."""
         topics = list(new_topics)
-        _no_duplicates(t.name for t in topics)
+        no_duplicates(t.name for t in topics)
         result: AdminResult[str, CreatedTopic] = AdminResult()
         request = controller_pb2.CreateTopicsRequest(validate_only=validate_only)
         for t in topics:
@@ -370,15 +160,15 @@ class Admin:
                     result.errors[r.name] = error_for_code(r.error_code, r.error_message)
                 else:
                     result.values[r.name] = CreatedTopic(
-                        r.name, _topic_id(r.topic_id), r.num_partitions, r.replication_factor,
+                        r.name, topic_id_text(r.topic_id), r.num_partitions, r.replication_factor,
                         {c.name: c.value for c in r.configs})
-        return _ordered(result, [t.name for t in topics])
+        return ordered(result, [t.name for t in topics])
 
     def delete_topics(self, names: Iterable[str], *,
                       timeout_ms: int | None = None) -> AdminResult[str, None]:
         """Delete topics. Per-topic errors: UnknownTopicOrPartitionError, InvalidTopicError."""
         wanted = list(names)
-        _no_duplicates(wanted)
+        no_duplicates(wanted)
         result: AdminResult[str, None] = AdminResult()
         request = controller_pb2.DeleteTopicsRequest()
         for name in wanted:
@@ -396,7 +186,7 @@ class Admin:
                     result.errors[r.name] = error_for_code(r.error_code, r.error_message)
                 else:
                     result.values[r.name] = None
-        return _ordered(result, wanted)
+        return ordered(result, wanted)
 
     def list_topics(self, *, include_internal: bool = False,
                     timeout_ms: int | None = None) -> dict[str, TopicListing]:
@@ -405,7 +195,8 @@ class Admin:
         wait = self._timeout(timeout_ms)
         resp = self._run(self._read("Metadata", broker_pb2.MetadataRequest(), wait), wait)
         return {
-            t.name: TopicListing(t.name, _topic_id(t.topic_id), t.is_internal, len(t.partitions))
+            t.name: TopicListing(t.name, topic_id_text(t.topic_id), t.is_internal,
+                                 len(t.partitions))
             for t in sorted(resp.topics, key=lambda t: t.name)
             if t.error_code == ErrorCode.NONE and (include_internal or not t.is_internal)
         }
@@ -417,7 +208,7 @@ class Admin:
         its leader reports them (DescribeLogs, else ListOffsets; -1 where it did not answer).
         Per-topic error: UnknownTopicOrPartitionError."""
         wanted = list(names)
-        _no_duplicates(wanted)
+        no_duplicates(wanted)
         result: AdminResult[str, TopicDescription] = AdminResult()
         valid = []
         for name in wanted:
@@ -431,7 +222,7 @@ class Admin:
             found = self._run(self._describe_topics(valid, include_offsets, wait), wait)
             result.values.update(found.values)
             result.errors.update(found.errors)
-        return _ordered(result, wanted)
+        return ordered(result, wanted)
 
     async def _describe_topics(self, names: list[str], include_offsets: bool,
                                wait_ms: int) -> AdminResult[str, TopicDescription]:
@@ -454,7 +245,7 @@ class Admin:
                 )
                 for p in snap.topics[t.name].partitions
             )
-            result.values[t.name] = TopicDescription(t.name, _topic_id(t.topic_id),
+            result.values[t.name] = TopicDescription(t.name, topic_id_text(t.topic_id),
                                                      t.is_internal, parts)
         return result
 
@@ -544,7 +335,7 @@ class Admin:
                     result.errors[r.name] = error_for_code(r.error_code, r.error_message)
                 else:
                     result.values[r.name] = None
-        return _ordered(result, list(new_counts))
+        return ordered(result, list(new_counts))
 
     # ------------------------------------------------------------------ configs
     def describe_configs(self, resources: Iterable[ConfigResource], *,
@@ -553,10 +344,10 @@ class Admin:
         """Every config of each resource with its value and source. Per-resource errors:
         UnknownTopicOrPartitionError / ResourceNotFoundError."""
         wanted = list(resources)
-        _no_duplicates(wanted)
+        no_duplicates(wanted)
         request = controller_pb2.DescribeConfigsRequest()
         for r in wanted:
-            request.resources.add(resource_type=_RESOURCE_TYPES[r.resource_type],
+            request.resources.add(resource_type=RESOURCE_TYPES[r.resource_type],
                                   resource_name=r.name)
         wait = self._timeout(timeout_ms)
         resp = self._run(self._read("DescribeConfigs", request, wait), wait)
@@ -567,11 +358,11 @@ class Admin:
                 result.errors[key] = error_for_code(rr.error_code, rr.error_message)
             else:
                 result.values[key] = {
-                    c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.source, "default"),
+                    c.name: ConfigEntry(c.name, c.value, CONFIG_SOURCES.get(c.source, "default"),
                                         c.read_only, c.sensitive, c.documentation)
                     for c in rr.configs
                 }
-        return _ordered(result, wanted)
+        return ordered(result, wanted)
 
     def alter_configs(
         self,
@@ -585,10 +376,10 @@ class Admin:
         InvalidConfigError, UnknownTopicOrPartitionError, InvalidRequestError."""
         request = controller_pb2.AlterConfigsRequest(validate_only=validate_only)
         for resource, ops in changes.items():
-            item = request.resources.add(resource_type=_RESOURCE_TYPES[resource.resource_type],
+            item = request.resources.add(resource_type=RESOURCE_TYPES[resource.resource_type],
                                          resource_name=resource.name)
             for op in _as_ops(ops):
-                item.ops.add(name=op.name, value=op.value or "", op=_OPS[op.op])
+                item.ops.add(name=op.name, value=op.value or "", op=ALTER_OPS[op.op])
         wait = self._timeout(timeout_ms)
         resp = self._run(self._write("AlterConfigs", request, wait), wait)
         result: AdminResult[ConfigResource, None] = AdminResult()
@@ -598,7 +389,7 @@ class Admin:
                 result.errors[key] = error_for_code(rr.error_code, rr.error_message)
             else:
                 result.values[key] = None
-        return _ordered(result, list(changes))
+        return ordered(result, list(changes))
 
     # ------------------------------------------------------------------ cluster
     def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
@@ -634,25 +425,8 @@ class Admin:
         lists the groups it coordinates), merged. A broker that does not answer by the
         deadline raises its error."""
         wait = self._timeout(timeout_ms)
-        return dict(sorted(self._run(self._list_groups(wait), wait).items()))
-
-    async def _list_groups(self, wait_ms: int) -> dict[str, GroupListing]:
-        deadline = monotonic_ms() + wait_ms
-        resp = await self._read("Metadata", broker_pb2.MetadataRequest(topics=[]), wait_ms)
-        snap = ClusterSnapshot.from_response(resp, now_ms=monotonic_ms(), previous=None,
-                                             all_topics=False)
-        live = sorted((b.broker_id, b.address) for b in snap.brokers.values() if not b.fenced)
-        answers = await asyncio.gather(*(
-            self._retrying(f"ListGroups to broker {node}", deadline, idempotent=True,
-                           send=_send_to(self._conns, address, "ListGroups",
-                                         broker_pb2.ListGroupsRequest(), self._request_timeout_ms,
-                                         deadline))
-            for node, address in live))
-        found: dict[str, GroupListing] = {}
-        for (node, _), answer in zip(live, answers, strict=True):
-            for g in answer.groups:
-                found[g.group_id] = GroupListing(g.group_id, g.state, node)
-        return found
+        found = self._run(self._groups.list_groups(monotonic_ms() + wait), wait)
+        return dict(sorted(found.items()))
 
     def describe_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                         ) -> AdminResult[str, GroupDescription]:
@@ -660,63 +434,22 @@ class Admin:
         errors: GroupIdNotFoundError, InvalidGroupIdError, a coordinator error past the
         deadline."""
         wanted = list(group_ids)
-        _no_duplicates(wanted)
+        no_duplicates(wanted)
         wait = self._timeout(timeout_ms)
         result: AdminResult[str, GroupDescription] = self._run(
-            self._per_group(wanted, wait, self._describe_group), wait)
-        return _ordered(result, wanted)
-
-    async def _describe_group(self, group_id: str, deadline: int) -> GroupDescription:
-        node, resp = await self._group_call(
-            group_id, "DescribeGroups", broker_pb2.DescribeGroupsRequest(group_ids=[group_id]),
-            deadline, idempotent=True, first=lambda r: r.groups)
-        g = resp.groups[0]
-        names = await self._topic_names(
-            [a for m in g.members for a in (*m.assignment, *m.target_assignment)
-             if not a.topic], deadline)
-
-        def partitions(entries: Iterable[broker_pb2.TopicPartitions]
-                       ) -> tuple[TopicPartition, ...]:
-            return tuple(TopicPartition(a.topic or names.get(bytes(a.topic_id), ""), p)
-                         for a in entries for p in a.partitions)
-        members = tuple(
-            GroupMemberDescription(
-                m.member_id, m.instance_id, m.client_host, m.member_epoch,
-                tuple(m.subscribed_topic_names), partitions(m.assignment),
-                client_id=m.client_id, subscribed_topic_regex=m.subscribed_topic_regex,
-                target_assignment=partitions(m.target_assignment))
-            for m in g.members)
-        return GroupDescription(g.group_id, g.state, g.group_epoch, g.assignment_epoch,
-                                g.assignor_name, members, node)
-
-    async def _topic_names(self, unnamed: list[broker_pb2.TopicPartitions], deadline: int
-                           ) -> dict[bytes, str]:
-        """Topic id -> name for assignments given by id only (from Metadata); a topic deleted
-        since keeps its id as its name."""
-        if not unnamed:
-            return {}
-        resp = await self._metadata.call_any("Metadata", broker_pb2.MetadataRequest(),
-                                             deadline_ms=deadline)
-        names = {bytes(t.topic_id): t.name for t in resp.topics if t.error_code == 0}
-        for a in unnamed:
-            names.setdefault(bytes(a.topic_id), _topic_id(a.topic_id))
-        return names
+            self._groups.describe_groups(wanted, monotonic_ms() + wait), wait)
+        return ordered(result, wanted)
 
     def delete_groups(self, group_ids: Iterable[str], *, timeout_ms: int | None = None
                       ) -> AdminResult[str, None]:
         """Delete groups and their committed offsets. Per-group errors: NonEmptyGroupError
         (members are in it), GroupIdNotFoundError, InvalidGroupIdError."""
         wanted = list(group_ids)
-        _no_duplicates(wanted)
+        no_duplicates(wanted)
         wait = self._timeout(timeout_ms)
         result: AdminResult[str, None] = self._run(
-            self._per_group(wanted, wait, self._delete_group), wait)
-        return _ordered(result, wanted)
-
-    async def _delete_group(self, group_id: str, deadline: int) -> None:
-        await self._group_call(
-            group_id, "DeleteGroups", broker_pb2.DeleteGroupsRequest(group_ids=[group_id]),
-            deadline, idempotent=False, first=lambda r: r.results)
+            self._groups.delete_groups(wanted, monotonic_ms() + wait), wait)
+        return ordered(result, wanted)
 
     def list_group_offsets(self, group_id: str,
                            partitions: Iterable[TopicPartition] | None = None, *,
@@ -724,26 +457,11 @@ class Admin:
         """The group's committed offsets (all of them, or those of ``partitions``; a partition
         without a commit has offset -1), with metadata and lag. Raises the group's error
         (InvalidGroupIdError, a coordinator error past the deadline) or a partition's."""
-        request = broker_pb2.OffsetFetchRequest(group_id=group_id)
-        if partitions is not None:
-            by_topic: dict[str, list[int]] = {}
-            for tp in partitions:
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
-            for topic, pids in sorted(by_topic.items()):
-                request.topics.add(name=topic, partitions=sorted(set(pids)))
+        request = offset_fetch_request(group_id, partitions)
         wait = self._timeout(timeout_ms)
-        _, resp = self._run(self._group_call(
-            group_id, "OffsetFetch", request, monotonic_ms() + wait, idempotent=True,
-            first=None), wait)
-        found: dict[TopicPartition, GroupOffset] = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                if p.error_code:
-                    raise _group_error(group_id, p.error_code,
-                                       f"{t.name}-{p.partition_id}: {p.error_message}")
-                found[TopicPartition(t.name, p.partition_id)] = GroupOffset(
-                    p.committed_offset, p.committed_leader_epoch, p.metadata, p.lag)
-        return dict(sorted(found.items()))
+        found: dict[TopicPartition, GroupOffset] = self._run(
+            self._groups.list_offsets(group_id, request, monotonic_ms() + wait), wait)
+        return found
 
     def delete_group_offsets(self, group_id: str,
                              partitions: Iterable[TopicPartition | str], *,
@@ -754,33 +472,12 @@ class Admin:
         deleted, as Kafka answers), or GroupSubscribedToTopicError while a member of the group
         subscribes to its topic. Raises the group's error (GroupIdNotFoundError,
         InvalidGroupIdError, a coordinator error past the deadline)."""
-        by_topic: dict[str, set[int]] = {}
-        whole: set[str] = set()
-        for item in partitions:
-            if isinstance(item, str):
-                whole.add(item)
-            else:
-                by_topic.setdefault(item.topic, set()).add(item.partition)
-        request = broker_pb2.OffsetDeleteRequest(group_id=group_id)
-        for topic in sorted(whole | set(by_topic)):
-            request.topics.add(name=topic, partitions=(
-                [] if topic in whole else sorted(by_topic[topic])))
-        result: AdminResult[TopicPartition, None] = AdminResult()
+        request = offset_delete_request(group_id, partitions)
         if not request.topics:
-            return result
+            return AdminResult()
         wait = self._timeout(timeout_ms)
-        _, resp = self._run(self._group_call(
-            group_id, "OffsetDelete", request, monotonic_ms() + wait, idempotent=True,
-            first=None), wait)
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition_id)
-                if p.error_code:
-                    result.errors[tp] = _group_error(group_id, p.error_code,
-                                                     f"{tp.topic}-{tp.partition}: "
-                                                     f"{p.error_message}")
-                else:
-                    result.values[tp] = None
+        result: AdminResult[TopicPartition, None] = self._run(
+            self._groups.delete_offsets(group_id, request, monotonic_ms() + wait), wait)
         return result
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
@@ -792,33 +489,9 @@ class Admin:
         the group and the partition)."""
         if not offsets:
             return
-        request = broker_pb2.OffsetCommitRequest(group_id=group_id, member_id="",
-                                                 member_epoch=-1)
-        by_topic: dict[str, list[tuple[int, int]]] = {}
-        for tp, offset in offsets.items():
-            if offset < 0:
-                raise InvalidRequestError(f"group {group_id!r}: offset {offset} of {tp} is "
-                                          f"negative")
-            by_topic.setdefault(tp.topic, []).append((tp.partition, offset))
-        for topic, parts in sorted(by_topic.items()):
-            item = request.topics.add(name=topic)
-            for pid, offset in sorted(parts):
-                item.partitions.add(partition_id=pid, committed_offset=offset,
-                                    committed_leader_epoch=-1)
+        request = alter_offsets_request(group_id, offsets)
         wait = self._timeout(timeout_ms)
-        try:
-            _, resp = self._run(self._group_call(
-                group_id, "OffsetCommit", request, monotonic_ms() + wait, idempotent=True,
-                first=None), wait)
-        except UnknownMemberIdError as error:
-            raise UnknownMemberIdError(
-                f"group {group_id!r} has active members; stop them first "
-                f"(a simple commit is accepted only while the group has none)") from error
-        for t in resp.topics:
-            for p in t.partitions:
-                if p.error_code:
-                    raise _group_error(group_id, p.error_code,
-                                       f"{t.name}-{p.partition_id}: {p.error_message}")
+        self._run(self._groups.alter_offsets(group_id, request, monotonic_ms() + wait), wait)
 
     def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
                      timeout_ms: int | None = None) -> dict[TopicPartition, int]:
@@ -831,78 +504,6 @@ class Admin:
             self._metadata, self._conns, timestamps, deadline_ms=monotonic_ms() + wait,
             request_timeout_ms=self._request_timeout_ms, backoff=self._backoff), wait)
         return {tp: found[tp][0] for tp in sorted(found)}
-
-    async def _per_group(self, group_ids: list[str], wait_ms: int,
-                         one: Any) -> AdminResult[str, Any]:
-        deadline = monotonic_ms() + wait_ms
-        result: AdminResult[str, Any] = AdminResult()
-        outcomes = await asyncio.gather(*(one(g, deadline) for g in group_ids),
-                                        return_exceptions=True)
-        for group_id, outcome in zip(group_ids, outcomes, strict=True):
-            if isinstance(outcome, TidelogError):
-                result.errors[group_id] = outcome
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                result.values[group_id] = outcome
-        return result
-
-    async def _group_call(self, group_id: str, method: str, request: Any, deadline: int, *,
-                          idempotent: bool, first: Any) -> tuple[int, Any]:
-        """(coordinator id, response) of ``method`` sent to the group's coordinator, found
-        again on every retriable error until ``deadline``. ``first`` picks the per-group
-        items of the response (None: the error is request-level)."""
-        if not group_id:
-            raise InvalidGroupIdError("the group id must not be empty")
-        where: list[int] = [-1]
-
-        async def send() -> Any:
-            node, address = await self._find_coordinator(group_id, deadline)
-            where[0] = node
-            resp = await self._conns.call(address, method, request,
-                                          timeout_ms=_remaining(self, deadline))
-            items = list(first(resp)) if first is not None else []
-            code, message = ((items[0].error_code, items[0].error_message) if items
-                             else (resp.error_code, resp.error_message) if first is None
-                             else (ErrorCode.NONE, ""))
-            if code:
-                raise _group_error(group_id, code, message)
-            return resp
-
-        resp = await self._retrying(f"group {group_id!r}", deadline, idempotent=idempotent,
-                                    send=send)
-        return where[0], resp
-
-    async def _find_coordinator(self, group_id: str, deadline: int) -> tuple[int, str]:
-        resp = await self._metadata.call_any(
-            "FindCoordinator", broker_pb2.FindCoordinatorRequest(group_ids=[group_id]),
-            deadline_ms=deadline)
-        if not resp.coordinators:
-            raise _group_error(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                               "FindCoordinator answered nothing")
-        c = resp.coordinators[0]
-        if c.error_code:
-            raise _group_error(group_id, c.error_code, c.error_message)
-        return c.node_id, f"{c.endpoint.host}:{c.endpoint.port}"
-
-    async def _retrying(self, what: str, deadline: int, *, idempotent: bool, send: Any) -> Any:
-        """``send()`` until it succeeds, retrying the coordinator errors and unreachable
-        brokers (and timeouts, if ``idempotent``) with backoff; bounded by ``deadline``."""
-        retried: tuple[type[TidelogError], ...] = (
-            (NetworkError, RequestTimedOutError) if idempotent else (NetworkError,))
-        attempts = 0
-        while True:
-            try:
-                return await send()
-            except TidelogError as error:
-                if error.code not in _COORDINATOR_RETRY_CODES and not isinstance(error, retried):
-                    raise
-                attempts += 1
-                delay = self._backoff.delay_ms(attempts, _rng)
-                if monotonic_ms() + delay >= deadline:
-                    raise
-                await asyncio.sleep(delay / 1000)
-
 
     # ------------------------------------------------------------------ plumbing
     def _timeout(self, timeout_ms: int | None) -> int:
@@ -963,46 +564,12 @@ class Admin:
 _rng = random.Random()
 
 
-def _group_error(group_id: str, code: int, message: str) -> TidelogError:
-    """The typed error of ``code``, its message naming the group."""
-    return error_for_code(code, f"group {group_id!r}: {message or ErrorCode.Name(code)}")
-
-
-def _remaining(admin: Admin, deadline: int) -> int:
-    return max(1, min(admin._request_timeout_ms, deadline - monotonic_ms()))
-
-
-def _send_to(conns: Connections, address: str, method: str, request: Any, request_timeout_ms: int,
-             deadline: int) -> Any:
-    """A ``send()`` for :meth:`Admin._retrying`: one call to one broker, its request-level
-    error raised."""
-    async def send() -> Any:
-        timeout = max(1, min(request_timeout_ms, deadline - monotonic_ms()))
-        resp = await conns.call(address, method, request, timeout_ms=timeout)
-        if resp.error_code:
-            raise error_for_code(resp.error_code, f"{address}: {resp.error_message}")
-        return resp
-    return send
-
-
 def _name_error(name: str) -> TidelogError | None:
     try:
         validate_topic_name(name)
     except TidelogError as e:
         return e
     return None
-
-
-def _no_duplicates(items: Iterable[Any]) -> None:
-    seen: set[Any] = set()
-    for item in items:
-        if item in seen:
-            raise DuplicateResourceError(f"{item!r} appears more than once in the request")
-        seen.add(item)
-
-
-def _topic_id(raw: bytes) -> str:
-    return str(uuid.UUID(bytes=bytes(raw))) if len(raw) == 16 else ""
 
 
 def _resource_key(resource_type: int, name: str) -> ConfigResource:
@@ -1019,17 +586,4 @@ def _as_ops(ops: Iterable[AlterConfigOp] | Mapping[str, str | None]) -> list[Alt
     for op in out:
         if not isinstance(op, AlterConfigOp):
             raise TypeError(f"expected AlterConfigOp, got {op!r}")
-    return out
-
-
-def _ordered(result: AdminResult[K, V], order: list[K]) -> AdminResult[K, V]:
-    """Values and errors in request order; an item the response left out is an error."""
-    out: AdminResult[K, V] = AdminResult()
-    for key in order:
-        if key in result.errors:
-            out.errors[key] = result.errors[key]
-        elif key in result.values:
-            out.values[key] = result.values[key]
-        else:
-            out.errors[key] = InvalidRequestError(f"the response did not mention {key!r}")
     return out
