@@ -39,7 +39,6 @@ from tidelog.client._fetcher import (
     CorruptRecordError,
     NoOffsetForPartitionError,
     SubscriptionState,
-    list_offsets,
 )
 from tidelog.client._group_coordinator import GroupCoordinator
 from tidelog.client._group_member import (
@@ -54,6 +53,7 @@ from tidelog.client._group_member import (
 from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
 from tidelog.client._membership import Membership, MembershipConfig
 from tidelog.client._metadata import Backoff, MetadataManager
+from tidelog.client._offset_lookups import OffsetLookups
 from tidelog.client.records import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -147,6 +147,10 @@ class Consumer:
             config=FetchConfig(fetch_min_bytes, fetch_max_wait_ms, max_partition_fetch_bytes,
                                fetch_max_bytes, request_timeout_ms),
             reset=self._reset, backoff=self._backoff, post=self._post)
+        self._lookups = OffsetLookups(
+            metadata=self._metadata, conns=self._conns, io=self._io,
+            request_timeout_ms=request_timeout_ms, backoff=self._backoff,
+            check_open=self._check_open)
         self._group: GroupMember | None = None
         self._mode: Literal["none", "assigned", "subscribed"] = "none"
         self._closed = False
@@ -301,48 +305,21 @@ class Consumer:
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose record timestamp is >= the given one (ms),
         or None when there is none. Partitions need not be assigned."""
-        for ts in timestamps.values():
-            if not isinstance(ts, int) or ts < 0:
-                raise ValueError(f"timestamps must be non-negative ms, got {ts!r}")
-        found = self._list_offsets(dict(timestamps), timeout_ms)
-        return {tp: None if off < 0 else OffsetAndTimestamp(off, ts)
-                for tp, (off, ts) in found.items()}
+        return self._lookups.offsets_for_times(timestamps, timeout_ms)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition],
                           timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         """The log start offset of each partition."""
-        found = self._list_offsets(dict.fromkeys(partitions, EARLIEST), timeout_ms)
-        return {tp: off for tp, (off, _) in found.items()}
+        return self._lookups.beginning_offsets(partitions, timeout_ms)
 
     def end_offsets(self, partitions: Iterable[TopicPartition],
                     timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         """The high watermark of each partition (the offset the next committed record gets)."""
-        found = self._list_offsets(dict.fromkeys(partitions, LATEST), timeout_ms)
-        return {tp: off for tp, (off, _) in found.items()}
-
-    def _list_offsets(self, timestamps: dict[TopicPartition, int],
-                      timeout_ms: int | None) -> dict[TopicPartition, tuple[int, int]]:
-        self._check_open()
-        tps = {TopicPartition(*tp): ts for tp, ts in timestamps.items()}
-        for tp in tps:
-            validate_topic_name(tp.topic)
-        wait = self._request_timeout_ms if timeout_ms is None else timeout_ms
-        self._metadata.add_topics(tp.topic for tp in tps)
-        return self._io.run(
-            list_offsets(self._metadata, self._conns, tps, deadline_ms=monotonic_ms() + wait,
-                         request_timeout_ms=self._request_timeout_ms, backoff=self._backoff),
-            wait / 1000,
-        )
+        return self._lookups.end_offsets(partitions, timeout_ms)
 
     def partitions_for(self, topic: str, timeout_ms: int | None = None) -> list[int]:
         """The topic's partition ids (UnknownTopicOrPartitionError if it does not exist)."""
-        self._check_open()
-        validate_topic_name(topic)
-        wait = self._request_timeout_ms if timeout_ms is None else timeout_ms
-        info = self._io.run(self._metadata.wait_for_topic(
-            topic, min_partitions=1, deadline_ms=monotonic_ms() + wait), wait / 1000)
-        return [p.partition for p in info.partitions]
-
+        return self._lookups.partitions_for(topic, timeout_ms)
 
     # ------------------------------------------------------------------ polling
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
