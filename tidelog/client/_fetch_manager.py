@@ -118,6 +118,8 @@ class FetchManager:
                 raise
             if taken:
                 st.position = taken[-1].offset + 1
+                epoch = taken[-1].leader_epoch  # the batch's partition_leader_epoch
+                st.position_leader_epoch = epoch if epoch >= 0 else None
                 out.extend(taken)
             if st.records.exhausted:
                 st.records = None

@@ -1,7 +1,8 @@
 """Consumer internals: per-partition fetch state, lazy decoding of fetched batches, ListOffsets.
 
 ``SubscriptionState`` holds, for each assigned partition, the position (the next offset to
-return), whether it waits for the group's committed offset, a pending offset reset, pause
+return) and the leader epoch of the record before it (what a commit of the position carries),
+whether it waits for the group's committed offset, a pending offset reset, pause
 state, the last high watermark and log start offset, a backoff deadline after errors, and the
 fetched batches not yet returned (``PartitionRecords``).
 It is only touched by the thread that uses the Consumer (a Consumer, like Kafka's, is not
@@ -153,6 +154,10 @@ def _decode(batch: RecordBatch, tp: TopicPartition) -> list[ConsumerRecord]:
 @dataclass
 class PartitionState:
     position: int | None = None
+    #: The leader epoch of the record before ``position`` (the last one consumed), or of the
+    #: committed offset the position came from; None after a seek or reset. Commits of the
+    #: position carry it, as Kafka's do (KIP-320).
+    position_leader_epoch: int | None = None
     reset_to: int | None = None  # EARLIEST or LATEST, pending
     paused: bool = False
     high_watermark: int = -1
@@ -167,8 +172,9 @@ class PartitionState:
     awaiting_committed: bool = False
     committed_in_flight: bool = False
 
-    def seek(self, offset: int) -> None:
+    def seek(self, offset: int, leader_epoch: int | None = None) -> None:
         self.position = offset
+        self.position_leader_epoch = leader_epoch
         self.reset_to = None
         self.records = None
         self.awaiting_committed = False

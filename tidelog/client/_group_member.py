@@ -180,8 +180,10 @@ class GroupMember:
     # --- commits --------------------------------------------------------------------------------
 
     def positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """The position of every assigned partition that has one: what auto-commit commits."""
-        return {tp: OffsetAndMetadata(st.position) for tp, st in self._subs.partitions.items()
+        """The position of every assigned partition that has one, with the leader epoch of
+        the last consumed record (KIP-320): what auto-commit and commit() commit."""
+        return {tp: OffsetAndMetadata(st.position, leader_epoch=st.position_leader_epoch)
+                for tp, st in self._subs.partitions.items()
                 if st.has_valid_position and st.position is not None}
 
     def maybe_auto_commit(self, now_ms: int) -> None:
@@ -305,7 +307,7 @@ class GroupMember:
                 continue
             committed = event.committed.get(tp)
             if committed is not None:
-                st.seek(committed.offset)
+                st.seek(committed.offset, committed.leader_epoch)
             else:
                 st.awaiting_committed = False  # auto_offset_reset decides
             self._subs.succeeded(tp)
