@@ -1,9 +1,10 @@
 """Consumer-group benchmark (issue 10) against a local 3-controller + 3-broker cluster.
 
 ``python -m bench.groups [--heartbeat-interval-ms MS] [--session-timeout-ms MS] [--seconds S]
-[--records N]`` starts the cluster as local processes (the brokers' group timings are their
-defaults, 5 s and 45 s, unless given) and measures, with every consumer a separate OS process
-(this module run as ``python -m bench.groups member MODE ...``) on default client configs:
+[--records N] [--phases rebalance,commits,consume]`` starts the cluster as local processes (the
+brokers' group timings are their defaults, 5 s and 45 s, unless given) and measures, with
+every consumer a separate OS process (this module run as ``python -m bench.groups member MODE
+...``) on default client configs:
 
 1. **rebalance**: 10 members on a 60-partition topic (RF 3) while a producer writes
    ``REBALANCE_RATE`` records/s over it. The time from an 11th member's subscribe() until the
@@ -20,7 +21,8 @@ defaults, 5 s and 45 s, unless given) and measures, with every consumer a separa
    ``--seconds``: commits per second and the round trip's p50/p99. Target ≥ 5,000/s. Then the
    same with each member in a group of its own (``commits_one_group_each``), whose commits
    spread over several ``__consumer_offsets`` partitions and coordinators: how much of the
-   figure is one shard writing one commit at a time.
+   figure is one shard writing one commit at a time; and one member alone
+   (``commits_one_member``): the bare round trip.
 3. **consume**: ``--records`` records pre-produced to a 12-partition topic, read once by a group
    of one and once by a group of three (members pause what they are given until the group is
    stable and all start together): records per second, from the start until the last member
@@ -341,11 +343,12 @@ def rebalance(bootstrap: str, hb_ms: int, session_ms: int) -> dict[str, Any]:
     return out
 
 
-def commits(bootstrap: str, seconds: float, *, groups: int) -> dict[str, Any]:
-    """COMMITTERS members committing in a loop: in one group (groups=1), or each in a group of
-    its own (groups=COMMITTERS), so their commits go to several coordinator shards."""
+def commits(bootstrap: str, seconds: float, *, groups: int, count: int = COMMITTERS
+            ) -> dict[str, Any]:
+    """``count`` members committing in a loop: in one group (groups=1), or each in a group of
+    its own (groups=count), so their commits go to several coordinator shards."""
     topic = "commits"
-    names = [f"committers-{groups}-{i % groups}" for i in range(COMMITTERS)]
+    names = [f"committers-{count}-{groups}-{i % groups}" for i in range(count)]
     members = [Member("commit", bootstrap, group, topic, f"c{i}",
                       env={"BENCH_SECONDS": str(seconds)}) for i, group in enumerate(names)]
     try:
@@ -360,12 +363,12 @@ def commits(bootstrap: str, seconds: float, *, groups: int) -> dict[str, Any]:
             m.close()
     latencies = sorted(x for r in results for x in r["latencies_ms"])
     per_s = sum(len(r["latencies_ms"]) / r["seconds"] for r in results)
-    out = {"members": COMMITTERS, "groups": groups, "seconds": seconds,
+    out = {"members": count, "groups": groups, "seconds": seconds,
            "commits": len(latencies),
            "errors": sum(r["errors"] for r in results), "commits_per_s": round(per_s),
            "p50_ms": round(statistics.median(latencies), 2) if latencies else -1,
            "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else -1}
-    print(f"commits: {out['commits_per_s']:,}/s, {COMMITTERS} members in {groups} group(s), "
+    print(f"commits: {out['commits_per_s']:,}/s, {count} member(s) in {groups} group(s), "
           f"round trip p50 "
           f"{out['p50_ms']} ms, p99 {out['p99_ms']} ms")
     return out
@@ -398,6 +401,20 @@ def consume(bootstrap: str, records: int) -> dict[str, Any]:
     return out
 
 
+def meets(out: dict[str, Any]) -> dict[str, bool]:
+    met: dict[str, bool] = {}
+    if "rebalance" in out:
+        r = out["rebalance"]
+        for k in ("join", "leave", "kill"):
+            met[k] = r[f"{k}_s"] <= r["targets_s"][k]
+        met["kept_partitions_uninterrupted"] = all(
+            r[f"{k}_kept"]["kept_partitions_revoked"] == 0
+            and not r[f"{k}_kept"]["kept_partitions_not_read"] for k in ("join", "leave", "kill"))
+    if "commits" in out:
+        met["commits_per_s"] = out["commits"]["commits_per_s"] >= COMMIT_TARGET_PER_S
+    return met
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     hb_ms = args.heartbeat_interval_ms or _DEFAULTS["group_consumer_heartbeat_interval_ms"]
     session_ms = args.session_timeout_ms or _DEFAULTS["group_consumer_session_timeout_ms"]
@@ -416,25 +433,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     NewTopic("read", READ_PARTITIONS, 3, configs=isr2),
                 ]).all()
             time.sleep(1.0)  # leaders take over their partitions
-            out = {"rebalance": rebalance(bootstrap, hb_ms, session_ms),
-                   "commits": commits(bootstrap, args.seconds, groups=1),
-                   "commits_one_group_each": commits(bootstrap, args.seconds,
-                                                     groups=COMMITTERS),
-                   "consume": consume(bootstrap, args.records)}
-    r = out["rebalance"]
-    kept = [r[f"{k}_kept"] for k in ("join", "leave", "kill")]
+            out: dict[str, Any] = {}
+            if "rebalance" in args.phases:
+                out["rebalance"] = rebalance(bootstrap, hb_ms, session_ms)
+            if "commits" in args.phases:
+                out["commits"] = commits(bootstrap, args.seconds, groups=1)
+                out["commits_one_group_each"] = commits(bootstrap, args.seconds,
+                                                        groups=COMMITTERS)
+                out["commits_one_member"] = commits(bootstrap, args.seconds, groups=1,
+                                                    count=1)
+            if "consume" in args.phases:
+                out["consume"] = consume(bootstrap, args.records)
     return {
         "bench": "groups", "heartbeat_interval_ms": hb_ms, "session_timeout_ms": session_ms,
-        **out,
-        "meets_targets": {
-            "join": r["join_s"] <= r["targets_s"]["join"],
-            "leave": r["leave_s"] <= r["targets_s"]["leave"],
-            "kill": r["kill_s"] <= r["targets_s"]["kill"],
-            "kept_partitions_uninterrupted": all(
-                k["kept_partitions_revoked"] == 0 and not k["kept_partitions_not_read"]
-                for k in kept),
-            "commits_per_s": out["commits"]["commits_per_s"] >= COMMIT_TARGET_PER_S,
-        },
+        **out, "meets_targets": meets(out),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                     "load_average_before": [round(x, 2) for x in load_before],
                     "load_average_after": [round(x, 2) for x in os.getloadavg()]},
@@ -455,7 +467,14 @@ def main() -> None:
                         help="seconds of the commit loop")
     parser.add_argument("--records", type=int, default=1_000_000,
                         help="records pre-produced for the consume comparison")
-    print(json.dumps(run(parser.parse_args())))
+    parser.add_argument("--phases", type=lambda v: v.split(","),
+                        default=["rebalance", "commits", "consume"],
+                        help="comma-separated: rebalance, commits, consume")
+    args = parser.parse_args()
+    unknown = set(args.phases) - {"rebalance", "commits", "consume"}
+    if unknown:
+        parser.error(f"unknown phases: {sorted(unknown)}")
+    print(json.dumps(run(args)))
 
 
 if __name__ == "__main__":
