@@ -16,6 +16,8 @@ listener records is the order they happened). What it checks:
   and is assigned again; it never committed after that;
 - commit() with explicit offsets and metadata, then committed(); a simple consumer (assign()
   with a group id) resumes from them;
+- a commit of the positions carries the leader epoch of the last consumed record (KIP-320),
+  and a member resuming from that commit commits it again;
 - a static member that closes and restarts with the same group_instance_id gets the same
   partitions back, and the other member keeps its own throughout;
 - a member that stops polling for max_poll_interval_ms leaves (the other takes everything)
@@ -265,6 +267,28 @@ def test_commit_explicit_offsets_then_committed(cluster: ClusterHarness) -> None
     with consumer(cluster, "explicit") as again:
         again.assign([tp0, tp1])
         assert (again.position(tp0), again.position(tp1)) == (7, 4)
+
+
+def test_position_commits_carry_the_leader_epoch_of_the_last_consumed_record(
+        cluster: ClusterHarness) -> None:
+    topic = new_topic(cluster, records=10, partitions=1)
+    tp = TopicPartition(topic, 0)
+    with consumer(cluster, "epochs", enable_auto_commit=False) as c:
+        c.subscribe([topic])
+        got: list[ConsumerRecord] = []
+        poll_until([c], lambda: len(got) >= 10, got, "the read")
+        epoch = got[-1].leader_epoch
+        assert epoch >= 0
+        c.commit()  # the positions
+        assert c.committed([tp]) == {tp: OffsetAndMetadata(10, "", epoch)}
+    with Admin(cluster.bootstrap) as admin:
+        assert admin.list_group_offsets("epochs")[tp].leader_epoch == epoch
+    with consumer(cluster, "epochs", enable_auto_commit=False) as again:
+        again.subscribe([topic])
+        poll_until([again], lambda: again.assignment() == {tp}, what="the assignment")
+        assert again.position(tp) == 10  # from the commit, with its leader epoch
+        again.commit()
+        assert again.committed([tp]) == {tp: OffsetAndMetadata(10, "", epoch)}
 
 
 def test_a_static_member_gets_its_partitions_back_and_the_other_keeps_its_own(

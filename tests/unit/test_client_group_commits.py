@@ -1,5 +1,6 @@
-"""Commits of the group consumer against a fake coordinator: the STALE_MEMBER_EPOCH retry, and
-the leader epoch a commit of positions carries (KIP-320).
+"""Commits of the group consumer against a fake coordinator: the STALE_MEMBER_EPOCH retry, the
+leader epoch a commit of positions carries (KIP-320), and the coordinator lookup and retry
+policy the Admin and the consumer share (_coordinator_lookup.py).
 
 The brokers are tests/unit/fake_broker.py's (real gRPC servers on 127.0.0.1 over an in-memory
 log, records produced by a real Producer), extended here with a minimal group coordinator:
@@ -9,7 +10,8 @@ and record every commit. Its one knob, ``stale_commits``: that many commits each
 group's epoch moved on just before them (the epoch is bumped and the commit answered
 STALE_MEMBER_EPOCH, as the real coordinator answers an older member epoch); the next heartbeat
 then gives the member the new epoch. Checks are on what the coordinator received and on what
-the consumer raised, never on timing.
+the consumer raised, never on timing. ``fetch_faults``: request-level codes the next
+OffsetFetch requests answer, one each.
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ import fake_broker
 import pytest
 from fake_broker import FakeBroker, FakeCluster
 
-from tidelog.client import Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition
+from tidelog.client import (
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+)
 from tidelog.client._group_coordinator import STALE_EPOCH_RETRIES_MAX
-from tidelog.errors import ErrorCode, StaleMemberEpochError
+from tidelog.errors import ErrorCode, StaleMemberEpochError, TidelogError
 from tidelog.v1 import broker_pb2 as pb
 
 WAIT_MS = 15_000  # upper bound on any wait; tests finish far sooner
@@ -43,6 +52,7 @@ class FakeGroups:
 
     epoch: int = 1
     stale_commits: int = 0
+    fetch_faults: list[int] = field(default_factory=list)
     heartbeats: int = 0
     #: Every OffsetCommit: (member epoch, {(topic, partition): (offset, leader epoch)}).
     commits: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = field(
@@ -56,6 +66,7 @@ class GroupFakeBroker(FakeBroker):
     groups = FakeGroups()
 
     async def FindCoordinator(self, request: Any, context: Any) -> Any:
+        await self._enter("FindCoordinator")
         response = pb.FindCoordinatorResponse()
         for group_id in request.group_ids:
             response.coordinators.add(group_id=group_id, node_id=1, endpoint=self.c.endpoint(1))
@@ -92,6 +103,10 @@ class GroupFakeBroker(FakeBroker):
         return response
 
     async def OffsetFetch(self, request: Any, context: Any) -> Any:
+        await self._enter("OffsetFetch")
+        if self.groups.fetch_faults:
+            code = self.groups.fetch_faults.pop(0)
+            return pb.OffsetFetchResponse(error_code=code, error_message="injected")
         response = pb.OffsetFetchResponse()
         for t in request.topics:
             out = response.topics.add(name=t.name)
@@ -226,3 +241,41 @@ def test_a_position_from_the_committed_offset_keeps_its_leader_epoch(
         consumer.assign([tp])
         assert consumer.position(tp) == 4
     assert groups.commits[-1][1] == {(topic, 0): (4, 7)}
+
+
+# ---------------------------------------------------------------------- the shared lookup
+LOOKUP_FAULTS = [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR]
+
+
+def test_admin_and_consumer_retry_coordinator_errors_alike(
+        cluster: FakeCluster, groups: FakeGroups) -> None:
+    """COORDINATOR_LOAD_IN_PROGRESS is retried at the same coordinator, NOT_COORDINATOR finds
+    it again: two FindCoordinator and three OffsetFetch per call, for both clients."""
+    topic = new_topic(cluster, 0)
+    tp = TopicPartition(topic, 0)
+    groups.committed[("lookup", topic, 0)] = (3, -1, "m")
+    seen: dict[str, tuple[int, int]] = {}
+    with Admin(cluster.bootstrap, retry_backoff_ms=10, retry_backoff_max_ms=50) as admin:
+        finds, fetches = cluster.count("FindCoordinator"), cluster.count("OffsetFetch")
+        groups.fetch_faults = list(LOOKUP_FAULTS)
+        assert admin.list_group_offsets("lookup", [tp])[tp].offset == 3
+        seen["admin"] = (cluster.count("FindCoordinator") - finds,
+                         cluster.count("OffsetFetch") - fetches)
+    with Consumer(cluster.bootstrap, group_id="lookup", **FAST) as consumer:
+        finds, fetches = cluster.count("FindCoordinator"), cluster.count("OffsetFetch")
+        groups.fetch_faults = list(LOOKUP_FAULTS)
+        assert consumer.committed([tp]) == {tp: OffsetAndMetadata(3, "m")}
+        seen["consumer"] = (cluster.count("FindCoordinator") - finds,
+                            cluster.count("OffsetFetch") - fetches)
+    assert seen == {"admin": (2, 3), "consumer": (2, 3)}
+
+
+def test_a_non_retriable_coordinator_answer_is_raised_at_once_naming_the_group(
+        cluster: FakeCluster, groups: FakeGroups) -> None:
+    groups.fetch_faults = [ErrorCode.INVALID_GROUP_ID]
+    fetches = cluster.count("OffsetFetch")
+    with (Admin(cluster.bootstrap, retry_backoff_ms=10) as admin,
+          pytest.raises(TidelogError, match="group 'denied'") as raised):
+        admin.list_group_offsets("denied", timeout_ms=WAIT_MS)
+    assert raised.value.code == ErrorCode.INVALID_GROUP_ID
+    assert cluster.count("OffsetFetch") - fetches == 1
