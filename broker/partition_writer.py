@@ -7,10 +7,11 @@ components: the group coordinator appends to and reads ``__consumer_offsets`` th
 * :class:`PendingAppend`: an append done now whose acks=all wait is still ahead (the produce
   handler appends every partition of a request first, then waits for them together).
 * :class:`PartitionWriter`: what a component that writes needs of the replica manager:
-  ``append`` (returns when the acks are met, or with the error), ``read`` (whole batches below
-  the high watermark) and high-watermark listeners (told when a leader's HW moves, so a writer
-  learns when its records are committed). :class:`~broker.replica_manager.ReplicaManager`
-  implements it.
+  ``append`` (returns when the acks are met, or with the error), ``start_append`` +
+  ``await_acks`` (append now, wait later: the coordinator pipelines its writes), ``read``
+  (whole batches below the high watermark) and high-watermark listeners (told when a
+  leader's HW moves, so a writer learns when its records are committed).
+  :class:`~broker.replica_manager.ReplicaManager` implements it.
 
 Errors are values here, never raised: an outcome carries the TidelogError a produce would answer
 with. ``appended`` tells whether the batch is in the leader's log: an error with ``appended``
@@ -20,7 +21,7 @@ true came after the append (the flush, the acks=all wait), so the batch may yet 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -84,6 +85,18 @@ class PartitionWriter(Protocol):
                      timeout_ms: int) -> AppendOutcome:
         """Append one record batch as leader; returns when ``acks`` are met (acks=all: the HW
         passed the batch) or with the error."""
+        ...
+
+    def start_append(self, tp: TopicIdPartition, batch: bytes, *, acks: int, now_ms: int,
+                     monotonic_ms: int) -> PendingAppend:
+        """Append now as leader, awaiting nothing (so a caller's appends keep its order); the
+        acks=all wait is in the result, for :meth:`await_acks`."""
+        ...
+
+    async def await_acks(self, pending: Sequence[PendingAppend],
+                         timeout_ms: int) -> list[AppendOutcome]:
+        """Wait, together and at most ``timeout_ms``, for the acks=all appends in ``pending``;
+        their outcomes in order (a wait that times out is ended: REQUEST_TIMED_OUT)."""
         ...
 
     def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, *,

@@ -13,8 +13,12 @@ answers once they are committed.
   dropped: its groups' requests get NOT_COORDINATOR.
 * **Writes.** One ``asyncio.Lock`` per shard: a request runs the shard's pure handler, which
   returns (records, response) with the records already applied in memory; the runtime appends
-  them as Kafka-style batches (key and value per record) with acks=all and answers the response
-  only once that append succeeded. A write that fits one batch (just under
+  them to the leader's log at once as Kafka-style batches (key and value per record), lets go
+  of the shard, and answers the response only once acks=all is met for them. Concurrent
+  requests thus pipeline: the next is applied and appended while the earlier one waits for its
+  followers (Kafka's CoordinatorRuntime likewise answers a write once the HW passes it). Reads
+  (OffsetFetch, describe, list) answer once the newest append they may have seen is committed,
+  so no answer shows what a failed write left in memory. A write that fits one batch (just under
   ``MESSAGE_BYTES_MAX``) is one batch, so all of it is in the log or none is; only a larger one
   is split (see docs/decisions.md). If it fails, the shard's memory is ahead of the log, so the
   shard is reloaded from the log and the request gets COORDINATOR_NOT_AVAILABLE or
@@ -49,7 +53,7 @@ from broker.group.partitioner import partition_for
 from broker.group.records import GroupRecord, decode
 from broker.group.topic_regex import RegexTopics
 from broker.metadata_listener import MetadataUpdate
-from broker.partition_writer import PartitionWriter, TopicIdPartition
+from broker.partition_writer import PartitionWriter, PendingAppend, TopicIdPartition
 from tidelog import limits
 from tidelog.errors import (
     CoordinatorLoadInProgressError,
@@ -132,6 +136,9 @@ class _ShardContext:
     load_task: asyncio.Task[None] | None = None
     #: Bumped on every (re)load, so a finished load of an older generation is ignored.
     generation: int = 0
+    #: The newest append not known to be committed (None after a load): an answer is sent
+    #: only once the append that was newest when it was made is committed.
+    tail: PendingAppend | None = None
 
 
 class ImageTopics(RegexTopics):
@@ -258,15 +265,25 @@ class GroupCoordinatorRuntime:
     # --- requests ------------------------------------------------------------------------------
 
     async def read(self, group_id: str, op: Callable[[GroupCoordinatorShard], R]) -> R:
-        """Run a read-only ``op`` on ``group_id``'s shard, after the writes before it."""
+        """Run a read-only ``op`` on ``group_id``'s shard; the answer once every write it may
+        have seen is committed (never a value a failed write leaves behind)."""
         context = self._context_for(group_id)
         async with context.lock:
             self._check_still_active(context, group_id)
-            return op(context.shard)
+            result = op(context.shard)
+            tail = context.tail
+        await self._committed(context, tail, own=False)
+        return result
 
     async def write(self, group_id: str, op: ShardOp[R]) -> R:
-        """Run ``op`` on ``group_id``'s shard and write its records; the response once they
-        are committed. Raises the coordinator error to answer instead."""
+        """Run ``op`` on ``group_id``'s shard and append its records; the response once they
+        are committed. Raises the coordinator error to answer instead.
+
+        The shard is held only while the handler runs and its batches go into the leader's log
+        (no await in between, so log order is the order the records were applied in); the
+        acks=all wait is outside, so concurrent requests pipeline (Kafka's CoordinatorRuntime
+        answers a write once the HW passes it, likewise). A write whose wait fails reloads
+        the shard, as its memory may be ahead of what is committed."""
         context = self._context_for(group_id)
         async with context.lock:
             self._check_still_active(context, group_id)
@@ -276,8 +293,9 @@ class GroupCoordinatorRuntime:
                 # The handler may have applied some records before it failed: start over.
                 self._reload(context, f"a handler failed: {error!r}")
                 raise
-            await self._write(context, records)
-            return response
+            tail = self._start_writes(context, records)
+        await self._committed(context, tail, own=True)
+        return response
 
     def _check_still_active(self, context: _ShardContext, group_id: str) -> None:
         # The lock may have been waited for across an unload or a reload.
@@ -289,24 +307,51 @@ class GroupCoordinatorRuntime:
                 f"broker {self.broker_id} is reloading {OFFSETS_TOPIC}-"
                 f"{context.tp.partition_id}; retry")
 
-    async def _write(self, context: _ShardContext, records: list[GroupRecord]) -> None:
+    def _start_writes(self, context: _ShardContext, records: list[GroupRecord]
+                      ) -> PendingAppend | None:
+        """Append ``records`` to the leader's log now (synchronously: nothing else runs on
+        the shard in between); the pending append of the last batch, which becomes the
+        shard's tail, or None when there was nothing to write."""
+        if not records:
+            return None
         try:
             batches = list(_batches(records))
         except TidelogError as error:  # a record over the batch size limit
             self._reload(context, f"its records do not fit a batch: {error.message}")
             raise _coordinator_error(error) from None
-        generation = context.generation
+        pending: PendingAppend | None = None
         for batch in batches:
-            if context.generation != generation:
-                # Reloaded (a new leader epoch) while our earlier batch waited: the load read
-                # the log without the batches still to come, so they must not be written.
-                raise CoordinatorLoadInProgressError(
-                    f"{OFFSETS_TOPIC}-{context.tp.partition_id} is reloading; retry")
-            outcome = await self._partitions.append(context.tp, batch, acks=-1,
-                                                    timeout_ms=WRITE_TIMEOUT_MS)
-            if outcome.error is not None:
-                self._reload(context, f"a write failed: {outcome.error.message}")
-                raise _coordinator_error(outcome.error)
+            pending = self._partitions.start_append(
+                context.tp, batch, acks=-1, now_ms=_wall_ms(), monotonic_ms=_monotonic_ms())
+            if pending.outcome.error is not None:
+                self._reload(context, f"a write failed: {pending.outcome.error.message}")
+                raise _coordinator_error(pending.outcome.error)
+            context.tail = pending
+        return pending
+
+    async def _committed(self, context: _ShardContext, tail: PendingAppend | None, *,
+                         own: bool) -> None:
+        """Wait until ``tail`` (the newest append when an answer was made) is committed: the
+        HW passing it commits everything before it too. ``own``: the caller's own write, whose
+        wait it may end (on timeout) and whose failure reloads the shard; a read only waits,
+        and answers a retriable error if that write fails."""
+        if tail is None or tail.waiter is None:
+            return
+        generation = context.generation
+        error: TidelogError | None
+        if own:
+            error = (await self._partitions.await_acks([tail], WRITE_TIMEOUT_MS))[0].error
+        else:
+            await asyncio.wait([tail.waiter], timeout=WRITE_TIMEOUT_MS / 1000)
+            waiter = tail.waiter
+            error = (waiter.result().error if waiter.done() and not waiter.cancelled()
+                     else CoordinatorNotAvailableError(
+                         "the writes this answer saw were not committed in time"))
+        if error is None:
+            return
+        if own and context.generation == generation:
+            self._reload(context, f"a write failed: {error.message}")
+        raise _coordinator_error(error)
 
     # --- timers --------------------------------------------------------------------------------
 
@@ -339,7 +384,8 @@ class GroupCoordinatorRuntime:
             except Exception as error:
                 self._reload(context, f"its timer failed: {error!r}")
                 raise
-            await self._write(context, records + expired)
+            tail = self._start_writes(context, records + expired)
+        await self._committed(context, tail, own=True)
 
     # --- loading and unloading (a metadata publisher) ------------------------------------------
 
@@ -376,6 +422,7 @@ class GroupCoordinatorRuntime:
     def _launch_load(self, context: _ShardContext) -> None:
         context.generation += 1
         context.state = _State.LOADING
+        context.tail = None  # the load replays only what is committed
         context.shard = self._new_shard()
         context.load_task = asyncio.get_running_loop().create_task(
             self._load(context, context.generation),

@@ -13,7 +13,9 @@ What it checks:
   afterwards (without the reload the shard's memory would keep it);
 * the image losing the topic unloads the shard;
 * the runtime's timer fences a member whose session expired, and writes it: a coordinator
-  loading the partition afterwards has the group (kept by its offset) without the member.
+  loading the partition afterwards has the group (kept by its offset) without the member;
+* writes pipeline (a second commit is appended while the first waits for its follower) and a
+  read answers only once what it may have seen is committed.
 
 How: the in-process cluster of tests/unit/test_replica_manager.py with one broker; the runtime
 and the group handlers are driven directly.
@@ -170,6 +172,45 @@ def test_the_timer_fences_an_expired_member_and_writes_it(tmp_path: Path) -> Non
         assert described.groups[0].state == "Empty"
         assert await second.committed() == 5
     scenario(tmp_path, body, broker_ids=(1,))
+
+
+def test_writes_pipeline_and_reads_wait_for_what_they_saw_to_commit(tmp_path: Path) -> None:
+    """A second commit is applied and appended while the first still waits for its follower
+    (the shard is not held across the acks=all wait); an OffsetFetch made meanwhile answers
+    only once the appends it may have seen are committed, so it never shows a commit that
+    could still fail."""
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(TOPIC, [[1, 2]])
+        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
+        coordinator = Runtime(c)
+        coordinator.publish(c.managers[1].image)
+        await coordinator.loaded()
+        member = await coordinator.join()
+        assert member.error_code == ErrorCode.NONE, member
+        assert (await coordinator.commit(member, 1)).topics[0].partitions[0].error_code == \
+            ErrorCode.NONE
+        offsets = c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id
+        log = c.managers[1].partition(offsets, 0)
+        assert log is not None
+        end = log.log.log_end_offset
+
+        c.network.cut.add(2)  # the follower stops fetching: acks=all waits
+        first = asyncio.create_task(coordinator.commit(member, 10))
+        second = asyncio.create_task(coordinator.commit(member, 20))
+        await until(lambda: log.log.log_end_offset >= end + 2,
+                    "both commits in the leader's log while the first is not committed")
+        read = asyncio.create_task(coordinator.committed())
+        await asyncio.sleep(0.05)
+        assert not (first.done() or second.done() or read.done()), \
+            "nothing is answered before the follower has the records"
+
+        c.network.cut.discard(2)
+        for task in (first, second):
+            answer = await asyncio.wait_for(task, 10)
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE, answer
+        assert await asyncio.wait_for(read, 10) == 20
+    scenario(tmp_path, body, broker_ids=(1, 2))
 
 
 def test_a_broker_that_does_not_lead_the_partition_is_not_the_coordinator(tmp_path: Path
