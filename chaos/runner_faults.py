@@ -1,0 +1,166 @@
+"""From a scenario's :class:`~chaos.scenarios.FaultSpec` to a chaos/nemesis Fault on the live
+cluster, built when the fault starts, so its target is the node that holds the role *then*.
+
+:class:`Targets` resolves a scenario's symbolic targets (chaos/scenarios.py's docstring lists
+them) on the running cluster: ``leader`` and ``follower-<i>`` from Admin's describe of the
+run's topic (partition 0), ``coordinator`` from ListGroups, ``active-controller`` from
+DescribeQuorum (chaos/nemesis/topology.py), ``broker-<i>`` / ``controller-<i>`` by position.
+Each lookup retries until ``timeout_s`` (a leader being elected) and then raises LookupError
+naming what it was looking for.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from toxiproxy import Proxy
+
+from chaos import proxies
+from chaos.nemesis import (
+    Bridge,
+    BrokerFromControllers,
+    Fault,
+    Isolate,
+    IsolateActiveController,
+    Kill,
+    KillCluster,
+    LinkToxic,
+    MajorityMinority,
+    Partition,
+    Pause,
+    ProxiedNetwork,
+    bridge,
+    majority_minority,
+)
+from chaos.nemesis.process import GracefulRestart
+from chaos.nemesis.topology import active_controller, nodes_of
+from chaos.runner_member import KillMember, MemberProcess
+from chaos.scenarios import FaultSpec
+from tidelog.client import Admin
+from tidelog.local_cluster import LocalCluster
+
+__all__ = ["SLOW_LATENCY_MS", "Targets", "build_fault"]
+
+SLOW_LATENCY_MS, SLOW_JITTER_MS = 200, 100
+#: flaky-link: the share of connections reset on data, and the slicer's pieces.
+FLAKY_TOXICITY, FLAKY_SLICE_BYTES = 0.33, 64
+LOOKUP_TIMEOUT_S = 15.0
+_POLL_S = 0.2
+
+
+class Targets:
+    """Resolves symbolic targets to node names (see the module docstring)."""
+
+    def __init__(self, cluster: LocalCluster, bootstrap: str, topic: str, group: str, *,
+                 timeout_s: float = LOOKUP_TIMEOUT_S) -> None:
+        self.cluster = cluster
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group = group
+        self.timeout_s = timeout_s
+
+    def broker_name(self, broker_id: int) -> str:
+        for spec in self.cluster.brokers():
+            if spec.node_id == broker_id:
+                return spec.name
+        raise LookupError(f"no broker with id {broker_id}")
+
+    def resolve(self, target: str) -> str:
+        if target == "active-controller":
+            return self._retry("the active controller", lambda: active_controller(self.cluster))
+        if target == "coordinator":
+            return self._retry(f"the coordinator of group {self.group}", self._coordinator)
+        if target == "leader" or target.startswith("follower-"):
+            return self._retry(f"{target} of {self.topic}-0", lambda: self._replica(target))
+        for prefix, specs in (("broker-", self.cluster.brokers()),
+                              ("controller-", self.cluster.controllers())):
+            if target.startswith(prefix) and target[len(prefix):].isdigit():
+                index = int(target[len(prefix):])
+                if 1 <= index <= len(specs):
+                    return specs[index - 1].name
+        raise LookupError(f"unknown target {target!r}")
+
+    def _retry(self, what: str, lookup: Callable[[], str]) -> str:
+        deadline = time.monotonic() + self.timeout_s
+        error: Exception | None = None
+        # Bounded: one lookup per pass, until the deadline.
+        while time.monotonic() < deadline:
+            try:
+                return lookup()
+            except Exception as e:  # not elected yet, a broker coming back: look again
+                error = e
+                time.sleep(_POLL_S)
+        raise LookupError(f"cannot find {what} within {self.timeout_s:g} s: {error}")
+
+    def _replica(self, target: str) -> str:
+        with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
+            topic = admin.describe_topics([self.topic], include_offsets=False,
+                                          timeout_ms=3_000).all()[self.topic]
+        p0 = next(p for p in topic.partitions if p.partition == 0)
+        if p0.leader < 0:
+            raise LookupError("no leader")
+        if target == "leader":
+            return self.broker_name(p0.leader)
+        followers = sorted(r for r in p0.replicas if r != p0.leader)
+        index = int(target.removeprefix("follower-"))
+        if not 1 <= index <= len(followers):
+            raise LookupError(f"partition 0 has {len(followers)} followers")
+        return self.broker_name(followers[index - 1])
+
+    def _coordinator(self) -> str:
+        with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
+            groups = admin.list_groups(timeout_ms=3_000)
+        if self.group not in groups:
+            raise LookupError(f"group {self.group} is not listed yet")
+        return self.broker_name(groups[self.group].coordinator)
+
+
+def build_fault(spec: FaultSpec, *, cluster: LocalCluster, net: ProxiedNetwork | None,
+                targets: Targets, member: MemberProcess | None,
+                rng: random.Random) -> Fault:
+    """The Fault for ``spec``, its target resolved now. ValueError for a link fault without a
+    routed network or a member fault without a member (a bug of the runner's set-up)."""
+    hold = spec.hold_s
+    if spec.kind == "kill-cluster":
+        return KillCluster(cluster, duration_s=hold)
+    if spec.kind == "kill-member":
+        if member is None:
+            raise ValueError("kill-member needs the run's member process")
+        return KillMember(member, duration_s=hold)
+    if spec.kind in ("kill", "pause", "restart"):
+        node = targets.resolve(spec.target)
+        make = {"kill": Kill, "pause": Pause, "restart": GracefulRestart}[spec.kind]
+        return make(cluster, node, label=spec.target, duration_s=hold)
+    if net is None:
+        raise ValueError(f"{spec.kind} needs the cluster's links routed through proxies")
+    if spec.kind == "partition":
+        return Partition(net, _shape(spec, cluster, targets, rng),
+                         name=f"partition-{spec.shape}", duration_s=hold)
+    node = targets.resolve(spec.target)
+    if spec.kind == "slow":
+        return LinkToxic.latency(net, node, SLOW_LATENCY_MS, SLOW_JITTER_MS, duration_s=hold)
+    return LinkToxic(net, node, f"flaky-{node}",
+                     f"TCP resets on {FLAKY_TOXICITY:.0%} of connections, data sliced into "
+                     f"{FLAKY_SLICE_BYTES}-byte pieces", _flaky, duration_s=hold)
+
+
+def _flaky(proxy: Proxy) -> list[str]:
+    return [*proxies.reset_peer(proxy, 0, stream="both", toxicity=FLAKY_TOXICITY),
+            *proxies.slicer(proxy, FLAKY_SLICE_BYTES, FLAKY_SLICE_BYTES // 2, 500,
+                            stream="both")]
+
+
+def _shape(spec: FaultSpec, cluster: LocalCluster, targets: Targets, rng: random.Random
+           ) -> Isolate | IsolateActiveController | BrokerFromControllers | MajorityMinority | \
+        Bridge:
+    if spec.shape == "isolate":
+        return Isolate(targets.resolve(spec.target))
+    if spec.shape == "isolate-active-controller":
+        return IsolateActiveController()
+    if spec.shape == "broker-from-controllers":
+        return BrokerFromControllers(targets.resolve(spec.target))
+    if spec.shape == "majority-minority":
+        return majority_minority(nodes_of(cluster), rng)
+    return bridge(nodes_of(cluster), rng)
