@@ -248,10 +248,12 @@ def _create_topic(env: _Env, scenario: Scenario) -> None:
     wait_for_replicas_in_sync(env.bootstrap, [env.topic], timeout_s=SETUP_TIMEOUT_S)
 
 
-def _producers(acks: Acks) -> tuple[ProducerSpec, ...]:
-    if acks == "all":  # idempotence on and off
+def _producers(scenario: Scenario) -> tuple[ProducerSpec, ...]:
+    if scenario.producer_acks:
+        return tuple(ProducerSpec(acks, False) for acks in scenario.producer_acks)
+    if scenario.acks == "all":  # idempotence on and off
         return (ProducerSpec("all", True), ProducerSpec("all", False))
-    return (ProducerSpec(acks, False), ProducerSpec(acks, False))
+    return (ProducerSpec(scenario.acks, False), ProducerSpec(scenario.acks, False))
 
 
 def _run(options: RunOptions, scenario: Scenario, schedule: Schedule, env: _Env,
@@ -259,7 +261,7 @@ def _run(options: RunOptions, scenario: Scenario, schedule: Schedule, env: _Env,
     history_path = run_dir / "history.jsonl"
     config = QueueWorkloadConfig(
         env.bootstrap, env.topic, duration_s=schedule.duration_s,
-        producers=_producers(scenario.acks), assign_consumers=1,
+        producers=_producers(scenario), assign_consumers=scenario.assign_consumers,
         group_consumers=scenario.group_consumers, group_id=env.group,
         rate_per_s=scenario.rate_per_s, finish_timeout_s=FINISH_TIMEOUT_S, client=CLIENT)
     writer = _CountingWriter(history_path)
@@ -291,7 +293,7 @@ def _run(options: RunOptions, scenario: Scenario, schedule: Schedule, env: _Env,
     recoveries = recovery(history, windows, line)
     elapsed = time.monotonic() - started
     extra = {"run": f"{elapsed:.0f} s in all, workload {schedule.duration_s:g} s, acks="
-                    f"{scenario.acks}, topic {env.topic} ({scenario.partitions} partitions)"}
+                    f"{scenario.acks_label}, topic {env.topic} ({scenario.partitions} partitions)"}
     for note in env.notes:
         extra.setdefault("notes", "")
         extra["notes"] = (extra["notes"] + "; " if extra["notes"] else "") + note
@@ -299,7 +301,8 @@ def _run(options: RunOptions, scenario: Scenario, schedule: Schedule, env: _Env,
                             check=check, windows=windows, recoveries=recoveries, extra=extra)
     out: dict[str, Any] = {
         "scenario": scenario.name, "description": scenario.description,
-        "seed": schedule.seed, "duration_s": schedule.duration_s, "acks": scenario.acks,
+        "seed": schedule.seed, "duration_s": schedule.duration_s,
+        "acks": scenario.acks_label,
         "topic": env.topic, "partitions": scenario.partitions,
         "cluster": "own" if env.own else str(env.cluster.base_dir),
         "promise": scenario.promise.to_json(), "valid": check.valid,
@@ -446,7 +449,8 @@ def _draw(line: Any, windows: Any, run_dir: Path, scenario: Scenario, schedule: 
 
     try:
         draw_timeline(line, windows, run_dir / "timeline.png",
-                      title=f"{scenario.name} (seed {schedule.seed}, acks={scenario.acks})")
+                      title=f"{scenario.name} (seed {schedule.seed}, "
+                            f"acks={scenario.acks_label})")
     except ImportError as e:  # matplotlib is a dependency; a broken install still reports
         env.notes.append(f"no timeline.png: {e}")
 

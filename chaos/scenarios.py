@@ -118,9 +118,13 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     random: bool = False
     acks: Acks = "all"
+    #: One producer per entry, none idempotent; empty: two producers of ``acks`` (with
+    #: acks=all one idempotent, one not)
+    producer_acks: tuple[Acks, ...] = ()
     partitions: int = 3
     min_insync_replicas: int = 2
     unclean_leader_election: bool = False
+    assign_consumers: int = 1
     group_consumers: int = 2
     #: Sends per second, all producers together.
     rate_per_s: float = 100.0
@@ -145,7 +149,11 @@ class Scenario:
     def with_acks(self, acks: Acks) -> Scenario:
         """This scenario with producers of ``acks`` (min.insync.replicas is kept: acks=1
         and 0 writes are not covered by it, so their losses are reported, not failures)."""
-        return replace(self, acks=acks)
+        return replace(self, acks=acks, producer_acks=())
+
+    @property
+    def acks_label(self) -> str:
+        return "+".join(self.producer_acks) if self.producer_acks else self.acks
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +268,15 @@ def _scenarios() -> tuple[Scenario, ...]:
                  (FaultSpec("kill", "coordinator", at_s=1.0, hold_s=5.0),)),
         Scenario("random", "a mix of process, partition and link faults drawn from --seed",
                  random=True),
-        Scenario("unclean-loss", "built to lose data: acks=1, min.insync.replicas 1, unclean "
-                 "leader election on, 1 partition; the followers paused until they leave the "
-                 "ISR, the leader killed, the followers resumed (an unclean election)",
+        Scenario("unclean-loss", "built to lose data: an acks=1 and an acks=all producer, "
+                 "min.insync.replicas 1, unclean leader election on, 1 partition, no consumer "
+                 "but the drain; the followers paused until they leave the ISR, the leader "
+                 "killed, the followers resumed (an unclean election)",
                  (FaultSpec("pause", "follower-1", at_s=0.0, hold_s=7.0),
                   FaultSpec("pause", "follower-2", at_s=0.0, hold_s=7.0),
                   FaultSpec("kill", "leader", at_s=5.5, hold_s=8.0)),
-                 acks="1", partitions=1, min_insync_replicas=1, unclean_leader_election=True,
-                 group_consumers=0,
+                 acks="1", producer_acks=("1", "all"), partitions=1, min_insync_replicas=1,
+                 unclean_leader_election=True, assign_consumers=0, group_consumers=0,
                  topic_configs=(("unclean.leader.election.enable", "true"),)),
     )
 

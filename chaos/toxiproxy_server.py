@@ -305,7 +305,14 @@ class _Pipe:
     def pass_eof(self) -> None:
         self.done = True
         if self.dst.can_write_eof() and not self.dst.is_closing():
-            self.dst.write_eof()
+            try:
+                self.dst.write_eof()
+            except OSError:
+                # dst is gone already (ENOTCONN: its peer reset it while it was not read
+                # from, so asyncio did not notice): no half-close to pass on, the connection
+                # ends. Not an error of the proxy: a peer's teardown.
+                self.conn.close(drop=True)
+                return
         self.conn.on_pipe_done()
 
     # -- toxics ----------------------------------------------------------------------------------

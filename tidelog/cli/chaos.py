@@ -58,7 +58,7 @@ def list_cmd(fmt: str) -> None:
     from chaos.scenarios import SCENARIOS
 
     rows = [{"scenario": s.name, "links": "yes" if s.needs_links else "no",
-             "acks": s.acks, "min_duration_s": f"{s.min_duration_s:g}",
+             "acks": s.acks_label, "min_duration_s": f"{s.min_duration_s:g}",
              "description": s.description} for s in SCENARIOS.values()]
     if fmt == "json":
         echo_json(rows)
