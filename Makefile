@@ -14,9 +14,11 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	broker/replica_manager.py broker/partition.py broker/partition_writer.py broker/handlers \
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \
-	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py
+	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py \
+	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py \
+	chaos/runner_suite.py chaos/report.py chaos/report_png.py
 
-.PHONY: run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
+.PHONY: chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
 venv: $(STAMP)
 
@@ -74,6 +76,11 @@ bench-produce-consume: $(STAMP)
 # Consumer groups: rebalance times (join, leave, kill -9), offset commits/s, group consume.
 bench-groups: $(STAMP)
 	$(PY) -m bench.groups
+
+# Every chaos scenario once (tidelog chaos run, 20 s of workload each, its own cluster each;
+# ~10 minutes in all on 2 cores): a table of figures, runs under chaos-runs/suite-<time>/.
+chaos: $(STAMP)
+	$(PY) -m chaos.runner_suite
 
 bench: bench-storage bench-controller bench-produce-consume
 

@@ -215,6 +215,15 @@ def _dip_end(line: Timeline, start_s: float, baseline: float | None) -> float | 
     return None if dipped else 0.0
 
 
+def _targets(targets: Sequence[str]) -> str:
+    """At most 3 targets named (a partition's cut links are many; result.json has them all).
+    """
+    if not targets:
+        return "-"
+    more = f" (+{len(targets) - 3} more)" if len(targets) > 3 else ""
+    return ",".join(targets[:3]) + more
+
+
 def _seconds(value: object) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
@@ -236,7 +245,7 @@ def summary_lines(*, scenario: str, seed: int, run_dir: str, check: HistoryCheck
         lines.append("  none")
     for w, rec in zip(windows, recoveries, strict=True):
         healed = "never healed" if w.heal_s is None else f"{w.heal_s:.1f} s"
-        lines.append(f"  {w.name} on {','.join(w.targets) or '-'}: {w.start_s:.1f} s -> "
+        lines.append(f"  {w.name} on {_targets(w.targets)}: {w.start_s:.1f} s -> "
                      f"{healed}" + (f" (error: {w.error})" if w.error else ""))
         lines.append(f"    first acks=all write: {_seconds(rec.first_write_after_start_s)} "
                      f"after start, {_seconds(rec.first_write_after_heal_s)} after heal; "

@@ -160,6 +160,9 @@ def run_scenario(options: RunOptions) -> RunOutcome:
                          f"proxies, which only a cluster the runner starts has; run it "
                          f"without --cluster-dir (an existing cluster gets process faults "
                          f"only)")
+    if options.cluster_dir is not None and not (options.cluster_dir / "cluster.json").is_file():
+        raise UsageError(f"no cluster at {options.cluster_dir} (start one with `tidelog "
+                         f"cluster up --dir DIR`)")
     run_dir = _run_dir(options, scenario)
     started = time.monotonic()
     with _environment(options, scenario, run_dir) as env:
