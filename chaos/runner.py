@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import time
 from collections import Counter
@@ -165,9 +166,27 @@ def run_scenario(options: RunOptions) -> RunOutcome:
                          f"cluster up --dir DIR`)")
     run_dir = _run_dir(options, scenario)
     started = time.monotonic()
-    with _environment(options, scenario, run_dir) as env:
+    with _log_to(run_dir / "runner.log"), _environment(options, scenario, run_dir) as env:
         outcome = _run(options, scenario, schedule, env, run_dir, started)
     return outcome
+
+
+@contextlib.contextmanager
+def _log_to(path: Path) -> Iterator[None]:
+    """The clients' and the runner's log records go to the run's runner.log, not the terminal
+    (a broken cluster makes the clients warn a lot, which would bury the progress line)."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
 
 
 def _run_dir(options: RunOptions, scenario: Scenario) -> Path:
