@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from broker.group.append_accumulator import AppendAccumulator, PendingBatch, sized
 from broker.group.assignment import TopicMetadata
 from broker.group.coordinator import (
     TIMER_RECORDS_SOFT_MAX,
@@ -59,12 +60,14 @@ from tidelog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     NotCoordinatorError,
+    NotLeaderOrFollowerError,
     TidelogError,
     UnknownServerError,
 )
+from tidelog.invariants import check
 from tidelog.metadata.image import MetadataImage, TopicImage
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
-from tidelog.record_batch import NewRecord, build_batch, decode_records, parse_batch
+from tidelog.record_batch import build_batch, decode_records, parse_batch
 from tidelog.v1.common_pb2 import ErrorCode
 
 if TYPE_CHECKING:
@@ -82,18 +85,23 @@ LOAD_RETRY_MS = 1_000
 LOAD_POLL_MS = 20
 #: Bytes one load read asks for.
 LOAD_READ_BYTES = 1 << 20
-#: Bytes one record adds to a batch beyond its key and value, at most: a tag and a varint of at
-#: most 3 bytes each (a batch is under 2 MiB) for the record's length, its offset delta, its key
-#: and its value lengths; the timestamp delta is 0 (one now_ms per write) and not encoded.
-#: Measured ~7 for small tombstones. If it were ever short, build_batch refuses the batch
-#: (MESSAGE_TOO_LARGE) and the write fails whole: never a batch over the limit.
-RECORD_OVERHEAD_BYTES_MAX = 16
 #: A write's records go out in batches of at most this many bytes (keys, values and each
 #: record's framing), leaving room for the batch header under the batch size limit. A write that
 #: fits is one batch, appended and replicated as a unit: all of it is in the log or none is.
 WRITE_BATCH_BYTES = limits.MESSAGE_BYTES_MAX - 1024
 #: acks=all wait of one coordinator write.
 WRITE_TIMEOUT_MS = 5_000
+#: How long a write's answer may wait beyond WRITE_TIMEOUT_MS for its batch's outcome (which
+#: its append's own bounded wait, a reload or an unload always gives: this only bounds it).
+COMMIT_WAIT_SLACK_MS = 1_000
+#: How long the open batch gathers records before it is appended: 0 appends it once the
+#: event loop has run what is ready now (the requests that arrived together), without adding
+#: a timer's delay (Kafka's group.coordinator.append.linger.ms; see docs/decisions.md).
+APPEND_LINGER_MS = 0
+APPEND_LINGER_MS_MAX = 100
+
+#: Answered when a batch of the shard's writes is committed: the append's error, or None.
+BatchDone = asyncio.Future[TidelogError | None]
 
 #: Append errors that mean this broker is no longer the partition's leader (Kafka's mapping).
 _NOT_COORDINATOR_CODES = frozenset({
@@ -136,9 +144,18 @@ class _ShardContext:
     load_task: asyncio.Task[None] | None = None
     #: Bumped on every (re)load, so a finished load of an older generation is ignored.
     generation: int = 0
-    #: The newest append not known to be committed (None after a load): an answer is sent
-    #: only once the append that was newest when it was made is committed.
-    tail: PendingAppend | None = None
+    #: The records of writes not yet appended (the open batch), kept across reloads so that
+    #: batch sequence numbers only grow.
+    accumulator: AppendAccumulator = field(
+        default_factory=lambda: AppendAccumulator(WRITE_BATCH_BYTES))
+    #: Batch sequence -> the future its writes are answered on (the append's error or None),
+    #: for batches open or appended and not yet committed.
+    batches: dict[int, BatchDone] = field(default_factory=dict)
+    #: The newest batch's future (None after a load): an answer is sent only once the batch
+    #: that was newest when it was made is committed.
+    tail: BatchDone | None = None
+    #: The pending end of the open batch's linger.
+    linger: asyncio.Handle | None = None
 
 
 class ImageTopics(RegexTopics):
@@ -178,13 +195,20 @@ class GroupCoordinatorRuntime:
                  image: Callable[[], MetadataImage],
                  create_topic: Callable[[], Coroutine[Any, Any, None]],
                  config: GroupCoordinatorConfig | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, append_linger_ms: int = APPEND_LINGER_MS,
+                 write_timeout_ms: int = WRITE_TIMEOUT_MS) -> None:
         self.broker_id = broker_id
         self.config = config or GroupCoordinatorConfig()
         self._partitions = partitions
         self._image = image
         self._create_topic = create_topic
         self._rng = random.Random(seed)
+        check(0 <= append_linger_ms <= APPEND_LINGER_MS_MAX,
+              f"append_linger_ms must be 0..{APPEND_LINGER_MS_MAX}")
+        check(write_timeout_ms > 0, "write_timeout_ms must be positive")
+        self._append_linger_ms = append_linger_ms
+        self._write_timeout_ms = write_timeout_ms
+        self._ack_tasks: set[asyncio.Task[None]] = set()
         self._shards: dict[int, _ShardContext] = {}
         self._topic_id: bytes | None = None
         self._creating: asyncio.Task[None] | None = None
@@ -204,10 +228,15 @@ class GroupCoordinatorRuntime:
     async def stop(self) -> None:
         tasks = [t for t in (self._timer, self._creating) if t is not None]
         tasks += [c.load_task for c in self._shards.values() if c.load_task is not None]
+        tasks += list(self._ack_tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._shards.clear()
+        for context in list(self._shards.values()):
+            self._unload(context)  # fails the writes never appended
+            for sequence in list(context.batches):  # and those whose wait was cancelled
+                self._batch_done(context, sequence, CoordinatorNotAvailableError(
+                    f"broker {self.broker_id} is shutting down"))
 
     # --- where groups live ---------------------------------------------------------------------
 
@@ -271,19 +300,20 @@ class GroupCoordinatorRuntime:
         async with context.lock:
             self._check_still_active(context, group_id)
             result = op(context.shard)
-            tail = context.tail
-        await self._committed(context, tail, own=False)
+            seen = _seen(context)
+        await self._committed(seen)
         return result
 
     async def write(self, group_id: str, op: ShardOp[R]) -> R:
-        """Run ``op`` on ``group_id``'s shard and append its records; the response once they
-        are committed. Raises the coordinator error to answer instead.
+        """Run ``op`` on ``group_id``'s shard and add its records to the shard's open batch;
+        the response once they are committed. Raises the coordinator error to answer instead.
 
-        The shard is held only while the handler runs and its batches go into the leader's log
-        (no await in between, so log order is the order the records were applied in); the
-        acks=all wait is outside, so concurrent requests pipeline (Kafka's CoordinatorRuntime
-        answers a write once the HW passes it, likewise). A write whose wait fails reloads
-        the shard, as its memory may be ahead of what is committed."""
+        The handler runs and its records join the open batch with no await in between, so log
+        order is the order the records were applied in. The batch is appended when the linger
+        ends (or at once when full), so the commits of concurrent members become one append
+        and one acks=all wait; each waits outside the shard, so writes pipeline (Kafka's
+        CoordinatorRuntime accumulates and answers once the HW passes, likewise). A write
+        with no records answers once what it may have seen is committed, as a read does."""
         context = self._context_for(group_id)
         async with context.lock:
             self._check_still_active(context, group_id)
@@ -293,8 +323,8 @@ class GroupCoordinatorRuntime:
                 # The handler may have applied some records before it failed: start over.
                 self._reload(context, f"a handler failed: {error!r}")
                 raise
-            tail = self._start_writes(context, records)
-        await self._committed(context, tail, own=True)
+            waits = self._accumulate(context, records) or _seen(context)
+        await self._committed(waits)
         return response
 
     def _check_still_active(self, context: _ShardContext, group_id: str) -> None:
@@ -307,51 +337,89 @@ class GroupCoordinatorRuntime:
                 f"broker {self.broker_id} is reloading {OFFSETS_TOPIC}-"
                 f"{context.tp.partition_id}; retry")
 
-    def _start_writes(self, context: _ShardContext, records: list[GroupRecord]
-                      ) -> PendingAppend | None:
-        """Append ``records`` to the leader's log now (synchronously: nothing else runs on
-        the shard in between); the pending append of the last batch, which becomes the
-        shard's tail, or None when there was nothing to write."""
+    def _accumulate(self, context: _ShardContext, records: list[GroupRecord]
+                    ) -> list[BatchDone]:
+        """Add one write's records to the shard's batches (synchronously: nothing else runs on
+        the shard in between); the futures of the batches they went into. Full batches are
+        appended now, the open one when the linger ends."""
         if not records:
-            return None
+            return []
+        sequences, closed = context.accumulator.add(sized(records))
+        loop = asyncio.get_running_loop()
+        waits = [context.batches.setdefault(s, loop.create_future()) for s in sequences]
+        context.tail = waits[-1]
+        for batch in closed:
+            self._append_batch(context, batch)
+        if context.accumulator.open_batch is not None and context.linger is None:
+            generation = context.generation
+            context.linger = (
+                loop.call_soon(self._linger_ended, context, generation)
+                if self._append_linger_ms <= 0 else
+                loop.call_later(self._append_linger_ms / 1000, self._linger_ended, context,
+                                generation))
+        return waits
+
+    def _linger_ended(self, context: _ShardContext, generation: int) -> None:
+        context.linger = None
+        if self._shards.get(context.tp.partition_id) is not context \
+                or context.generation != generation:
+            return  # reloaded or unloaded meanwhile: its writes were failed then
+        batch = context.accumulator.drain()
+        if batch is not None:
+            self._append_batch(context, batch)
+
+    def _append_batch(self, context: _ShardContext, batch: PendingBatch) -> None:
+        """Append ``batch`` to the leader's log now, and answer its writes once it is
+        committed; a failure reloads the shard and fails every write it carried."""
         try:
-            batches = list(_batches(records))
+            data = build_batch(batch.records, now_ms=_wall_ms(),
+                               max_bytes=limits.MESSAGE_BYTES_MAX)
         except TidelogError as error:  # a record over the batch size limit
             self._reload(context, f"its records do not fit a batch: {error.message}")
-            raise _coordinator_error(error) from None
-        pending: PendingAppend | None = None
-        for batch in batches:
-            pending = self._partitions.start_append(
-                context.tp, batch, acks=-1, now_ms=_wall_ms(), monotonic_ms=_monotonic_ms())
-            if pending.outcome.error is not None:
-                self._reload(context, f"a write failed: {pending.outcome.error.message}")
-                raise _coordinator_error(pending.outcome.error)
-            context.tail = pending
-        return pending
+            self._batch_done(context, batch.sequence, error)
+            return
+        pending = self._partitions.start_append(
+            context.tp, data, acks=-1, now_ms=_wall_ms(), monotonic_ms=_monotonic_ms())
+        if pending.outcome.error is not None:
+            self._reload(context, f"a write failed: {pending.outcome.error.message}")
+            self._batch_done(context, batch.sequence, pending.outcome.error)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._await_batch(context, context.generation, batch.sequence, pending),
+            name=f"group-coordinator-{self.broker_id}-acks-{context.tp.partition_id}")
+        self._ack_tasks.add(task)
+        task.add_done_callback(self._ack_tasks.discard)
 
-    async def _committed(self, context: _ShardContext, tail: PendingAppend | None, *,
-                         own: bool) -> None:
-        """Wait until ``tail`` (the newest append when an answer was made) is committed: the
-        HW passing it commits everything before it too. ``own``: the caller's own write, whose
-        wait it may end (on timeout) and whose failure reloads the shard; a read only waits,
-        and answers a retriable error if that write fails."""
-        if tail is None or tail.waiter is None:
-            return
-        generation = context.generation
-        error: TidelogError | None
-        if own:
-            error = (await self._partitions.await_acks([tail], WRITE_TIMEOUT_MS))[0].error
-        else:
-            await asyncio.wait([tail.waiter], timeout=WRITE_TIMEOUT_MS / 1000)
-            waiter = tail.waiter
-            error = (waiter.result().error if waiter.done() and not waiter.cancelled()
-                     else CoordinatorNotAvailableError(
-                         "the writes this answer saw were not committed in time"))
-        if error is None:
-            return
-        if own and context.generation == generation:
+    async def _await_batch(self, context: _ShardContext, generation: int, sequence: int,
+                           pending: PendingAppend) -> None:
+        error = (await self._partitions.await_acks([pending], self._write_timeout_ms))[0].error
+        if error is not None and context.generation == generation:
+            # The shard's memory may be ahead of what is committed: start over from the log.
             self._reload(context, f"a write failed: {error.message}")
-        raise _coordinator_error(error)
+        self._batch_done(context, sequence, error)
+
+    @staticmethod
+    def _batch_done(context: _ShardContext, sequence: int, error: TidelogError | None) -> None:
+        done = context.batches.pop(sequence, None)
+        if done is not None and not done.done():
+            done.set_result(error)
+
+    async def _committed(self, waits: list[BatchDone]) -> None:
+        """Wait until every batch in ``waits`` is committed (the HW passing the newest one a
+        read saw commits everything before it too); the coordinator error of one that failed.
+        Every batch future is resolved by its append's own bounded wait, a reload or an
+        unload; the slack only bounds this wait should that ever not happen."""
+        pending = [w for w in waits if not w.done()]
+        if pending:
+            await asyncio.wait(pending,
+                               timeout=(self._write_timeout_ms + COMMIT_WAIT_SLACK_MS) / 1000)
+        for done in waits:
+            if not done.done():
+                raise CoordinatorNotAvailableError(
+                    "the coordinator's writes were not committed in time; retry")
+            error = done.result()
+            if error is not None:
+                raise _coordinator_error(error)
 
     # --- timers --------------------------------------------------------------------------------
 
@@ -384,8 +452,8 @@ class GroupCoordinatorRuntime:
             except Exception as error:
                 self._reload(context, f"its timer failed: {error!r}")
                 raise
-            tail = self._start_writes(context, records + expired)
-        await self._committed(context, tail, own=True)
+            waits = self._accumulate(context, records + expired)
+        await self._committed(waits)
 
     # --- loading and unloading (a metadata publisher) ------------------------------------------
 
@@ -422,6 +490,8 @@ class GroupCoordinatorRuntime:
     def _launch_load(self, context: _ShardContext) -> None:
         context.generation += 1
         context.state = _State.LOADING
+        self._fail_open_batch(context, CoordinatorLoadInProgressError(
+            f"broker {self.broker_id} is reloading {OFFSETS_TOPIC}-{context.tp.partition_id}"))
         context.tail = None  # the load replays only what is committed
         context.shard = self._new_shard()
         context.load_task = asyncio.get_running_loop().create_task(
@@ -443,6 +513,18 @@ class GroupCoordinatorRuntime:
         self._shards.pop(context.tp.partition_id, None)
         if context.load_task is not None:
             context.load_task.cancel()
+        self._fail_open_batch(context, NotLeaderOrFollowerError(
+            f"broker {self.broker_id} stopped leading {OFFSETS_TOPIC}-{context.tp.partition_id}"))
+
+    def _fail_open_batch(self, context: _ShardContext, error: TidelogError) -> None:
+        """Fail the writes whose records were never appended (their memory is dropped with
+        the shard); appended batches keep waiting: if committed, their answer is a success."""
+        if context.linger is not None:
+            context.linger.cancel()
+            context.linger = None
+        batch = context.accumulator.clear()
+        if batch is not None:
+            self._batch_done(context, batch.sequence, error)
 
     async def _load(self, context: _ShardContext, generation: int) -> None:
         tp = context.tp
@@ -493,23 +575,22 @@ class GroupCoordinatorRuntime:
                 await asyncio.sleep(LOAD_POLL_MS / 1000)  # the HW has not reached the target
 
 
+def _seen(context: _ShardContext) -> list[BatchDone]:
+    """What an answer made now waits for: the newest batch (open or appended) if it is not
+    yet committed."""
+    return [context.tail] if context.tail is not None and not context.tail.done() else []
+
+
 def _batches(records: list[GroupRecord]) -> Iterator[bytes]:
-    """The records as batches of at most WRITE_BATCH_BYTES each (framing counted), in order.
-    Only a write larger than one batch is split, and then it is not atomic: see
-    docs/decisions.md (bulk tombstones, for which any prefix is a consistent state)."""
-    now_ms = _wall_ms()
-    chunk: list[NewRecord] = []
-    size = 0
-    for record in records:
-        key, value = record.encode()
-        added = len(key) + len(value or b"") + RECORD_OVERHEAD_BYTES_MAX
-        if chunk and size + added > WRITE_BATCH_BYTES:
-            yield build_batch(chunk, now_ms=now_ms, max_bytes=limits.MESSAGE_BYTES_MAX)
-            chunk, size = [], 0
-        chunk.append(NewRecord(key, value))
-        size += added
-    if chunk:
-        yield build_batch(chunk, now_ms=now_ms, max_bytes=limits.MESSAGE_BYTES_MAX)
+    """One write's records as the batches the runtime appends (at most WRITE_BATCH_BYTES
+    each, framing counted, in order): only a write larger than one batch is split, and then it
+    is not atomic: see docs/decisions.md (bulk tombstones, for which any prefix is a
+    consistent state)."""
+    accumulator = AppendAccumulator(WRITE_BATCH_BYTES)
+    _, closed = accumulator.add(sized(records))
+    last = accumulator.drain()
+    for batch in [*closed, *([last] if last is not None else [])]:
+        yield build_batch(batch.records, now_ms=_wall_ms(), max_bytes=limits.MESSAGE_BYTES_MAX)
 
 
 def _coordinator_error(error: TidelogError) -> TidelogError:

@@ -15,7 +15,11 @@ What it checks:
 * the runtime's timer fences a member whose session expired, and writes it: a coordinator
   loading the partition afterwards has the group (kept by its offset) without the member;
 * writes pipeline (a second commit is appended while the first waits for its follower) and a
-  read answers only once what it may have seen is committed.
+  read answers only once what it may have seen is committed;
+* concurrent writes coalesce: two commits made together are one batch in the log, both
+  answered once it is committed; an append that fails fails both, and the reloaded shard has
+  neither; a write that makes no records (a heartbeat changing nothing) answers only once the
+  batch it may have seen is committed.
 
 How: the in-process cluster of tests/unit/test_replica_manager.py with one broker; the runtime
 and the group handlers are driven directly.
@@ -32,11 +36,13 @@ from broker.group.coordinator import GroupCoordinatorConfig
 from broker.group.runtime import GroupCoordinatorRuntime
 from broker.handlers.groups import GroupHandlers
 from broker.metadata_listener import MetadataUpdate
+from broker.partition_writer import TopicIdPartition
 from tidelog.config import parse_config
 from tidelog.errors import InvalidConfigError
 from tidelog.metadata.delta import LocalReplicaChanges
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
+from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -210,6 +216,84 @@ def test_writes_pipeline_and_reads_wait_for_what_they_saw_to_commit(tmp_path: Pa
             answer = await asyncio.wait_for(task, 10)
             assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE, answer
         assert await asyncio.wait_for(read, 10) == 20
+    scenario(tmp_path, body, broker_ids=(1, 2))
+
+
+def offsets_batches(c: Cluster, start: int) -> list[tuple[int, int]]:
+    """(base offset, record count) of the committed batches of the offsets partition from
+    ``start``."""
+    topic_id = c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id
+    info = c.managers[1].read(TopicIdPartition(topic_id, 0), start, 1 << 20)
+    return [(b.base_offset, b.record_count) for b in map(parse_batch, info.batches)
+            if b.base_offset >= start]
+
+
+def test_concurrent_commits_are_one_batch_and_a_failed_append_fails_them_all(tmp_path: Path
+                                                                             ) -> None:
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(TOPIC, [[1, 2]])
+        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
+        coordinator = Runtime(c)
+        coordinator.publish(c.managers[1].image)
+        await coordinator.loaded()
+        member = await coordinator.join()
+        assert member.error_code == ErrorCode.NONE, member
+        log = c.managers[1].partition(
+            c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id, 0)
+        assert log is not None
+        end = log.log.log_end_offset
+
+        answers = await asyncio.wait_for(asyncio.gather(
+            coordinator.commit(member, 10), coordinator.commit(member, 20)), 10)
+        for answer in answers:
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE, answer
+        assert offsets_batches(c, end) == [(end, 2)], "both commits in one batch"
+        assert await coordinator.committed() == 20
+
+        # The append of the shared batch fails: both are failed, neither is kept.
+        c.caught_up[1] = False
+        failed = await asyncio.wait_for(asyncio.gather(
+            coordinator.commit(member, 30), coordinator.commit(member, 40)), 10)
+        for answer in failed:
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR, \
+                answer
+        c.caught_up[1] = True
+        await coordinator.loaded()
+        assert await coordinator.committed() == 20, "the shard was reloaded from the log"
+    scenario(tmp_path, body, broker_ids=(1, 2))
+
+
+def test_a_write_without_records_answers_once_what_it_saw_is_committed(tmp_path: Path
+                                                                       ) -> None:
+    """A heartbeat that changes nothing makes no records, but its answer (the member's epoch
+    and assignment) may rest on a commit still waiting for its follower: it waits for it, as
+    Kafka's runtime answers an empty write once the last written offset is committed."""
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(TOPIC, [[1, 2]])
+        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
+        coordinator = Runtime(c)
+        coordinator.publish(c.managers[1].image)
+        await coordinator.loaded()
+        member = await coordinator.join()
+        assert member.error_code == ErrorCode.NONE, member
+        heartbeat = pb.ConsumerGroupHeartbeatRequest(
+            group_id=GROUP, member_id=member.member_id, member_epoch=member.member_epoch)
+        assert (await coordinator.handlers.consumer_group_heartbeat(heartbeat)).error_code \
+            == ErrorCode.NONE
+
+        c.network.cut.add(2)  # the follower stops fetching: acks=all waits
+        commit = asyncio.create_task(coordinator.commit(member, 10))
+        await asyncio.sleep(0.05)
+        beat = asyncio.create_task(coordinator.handlers.consumer_group_heartbeat(heartbeat))
+        await asyncio.sleep(0.05)
+        assert not (commit.done() or beat.done()), \
+            "no answer before the follower has the commit"
+        c.network.cut.discard(2)
+        assert (await asyncio.wait_for(beat, 10)).error_code == ErrorCode.NONE
+        assert (await asyncio.wait_for(commit, 10)).topics[0].partitions[0].error_code == \
+            ErrorCode.NONE
     scenario(tmp_path, body, broker_ids=(1, 2))
 
 
