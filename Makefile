@@ -78,7 +78,7 @@ bench-groups: $(STAMP)
 	$(PY) -m bench.groups
 
 # Every chaos scenario once (tidelog chaos run, 20 s of workload each, its own cluster each;
-# ~10 minutes in all on 2 cores): a table of figures, runs under chaos-runs/suite-<time>/.
+# 380 s in all measured on 2 cores): a table of figures, runs under chaos-runs/suite-<time>/
 chaos: $(STAMP)
 	$(PY) -m chaos.runner_suite
 

@@ -152,7 +152,7 @@ def recovery(history: History, windows: Sequence[FaultWindow],
         after_heal = _first_write(acked, w.heal_s) if w.heal_s is not None else None
         out.append(Recovery(w.name, after_start, after_heal,
                             _throughput_back(line, w.heal_s, baseline),
-                            _dip_end(line, w.start_s, baseline)))
+                            _dip_end(line, w.start_s, w.heal_s, baseline)))
     return out
 
 
@@ -198,10 +198,11 @@ def _throughput_back(line: Timeline, heal_s: float | None,
     return None
 
 
-def _dip_end(line: Timeline, start_s: float, baseline: float | None) -> float | None:
+def _dip_end(line: Timeline, start_s: float, heal_s: float | None,
+             baseline: float | None) -> float | None:
     """Seconds from ``start_s`` to the end of the first bucket back at 90% of the baseline
-    after throughput fell below it (0.0 when it never fell);
-    None when it never came back."""
+    after throughput fell below it; 0.0 when it did not fall while the fault was on (a later
+    dip is another fault's, or the end of the run); None when it never came back."""
     if not baseline:
         return None
     threshold = RECOVERED_SHARE * baseline
@@ -209,6 +210,8 @@ def _dip_end(line: Timeline, start_s: float, baseline: float | None) -> float | 
     dipped = False
     for bucket in range(int(start_s / BUCKET_S) + 1, last):
         if line.rate(bucket) < threshold:
+            if not dipped and heal_s is not None and bucket * BUCKET_S >= heal_s:
+                return 0.0
             dipped = True
         elif dipped:
             return round((bucket + 1) * BUCKET_S - start_s, 3)

@@ -18,7 +18,7 @@ What must hold:
 - ``tidelog chaos check`` says the same: exit 0 with the run's result.json, exit 1 with
   ``--min-insync-replicas 2 --no-unclean-leader-election``.
 
-About 30 s; every wait inside the runner is bounded.
+About 25 s; every wait inside the runner is bounded.
 """
 
 from __future__ import annotations

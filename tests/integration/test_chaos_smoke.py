@@ -11,7 +11,7 @@
   promise held.
 
 After each run no process of its cluster is left running (the runner stops them by pid). Every
-wait inside the runner is bounded; the module takes about a minute.
+wait inside the runner is bounded; the module takes about 40 s.
 """
 
 from __future__ import annotations
