@@ -22,7 +22,10 @@ every consumer a separate OS process (this module run as ``python -m bench.group
    same with each member in a group of its own (``commits_one_group_each``), whose commits
    spread over several ``__consumer_offsets`` partitions and coordinators: how much of the
    figure is one shard writing one commit at a time; and one member alone
-   (``commits_one_member``): the bare round trip.
+   (``commits_one_member``): the bare round trip. The headline is the sync figure; a second,
+   labelled one (``commits_async_window``) has each of the 8 members keep ``COMMIT_WINDOW``
+   ``commit_async()`` calls in flight (as Kafka users do), which shows what the coordinator
+   takes when members do not wait for each commit.
 3. **consume**: ``--records`` records pre-produced to a 12-partition topic, read once by a group
    of one and once by a group of three (members pause what they are given until the group is
    stable and all start together): records per second, from the start until the last member
@@ -66,6 +69,8 @@ VALUE = b"x" * 100
 FORM_S = 180.0
 DESCRIBE_EVERY_S = 0.05
 COMMIT_TARGET_PER_S = 5_000
+#: commit_async() calls each member keeps in flight in the labelled second commit figure.
+COMMIT_WINDOW = 16
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(BrokerConfig)
              if isinstance(f.default, int)}
 
@@ -120,7 +125,12 @@ def member_main(mode: str, bootstrap: str, group: str, topic: str, client_id: st
     else:
         _wait_for_go(consumer, commands)
         listener.started = True
-        _commit_member(consumer) if mode == "commit" else _read_member(consumer)
+        if mode == "commit":
+            _commit_member(consumer)
+        elif mode == "commit_async":
+            _commit_async_member(consumer, int(os.environ["BENCH_WINDOW"]))
+        else:
+            _read_member(consumer)
         _wait_for_close(consumer, commands)
     _emit(event="closing", t=time.time())
     consumer.close()
@@ -168,6 +178,42 @@ def _commit_member(consumer: Consumer) -> None:
             continue
         latencies.append((time.perf_counter() - t0) * 1000)
     _emit(event="commits", seconds=time.perf_counter() - started, errors=errors,
+          latencies_ms=[round(x, 3) for x in latencies])
+
+
+def _commit_async_member(consumer: Consumer, window: int) -> None:
+    """commit_async() with at most ``window`` commits in flight (each one partition, a new
+    offset), their callbacks run by poll(): how Kafka users keep a coordinator busy without
+    waiting for each commit. Latencies are from commit_async() to its callback."""
+    tp = min(consumer.assignment())
+    seconds = float(os.environ["BENCH_SECONDS"])
+    latencies: list[float] = []
+    sent: dict[int, float] = {}
+    errors = 0
+
+    def done(offsets: dict[TopicPartition, OffsetAndMetadata],
+             error: BaseException | None) -> None:
+        nonlocal errors
+        t0 = sent.pop(offsets[tp].offset)
+        if error is not None:
+            errors += 1
+        else:
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    started = time.perf_counter()
+    offset = 0
+    # Bounded by --seconds, then by the drain's deadline.
+    while time.perf_counter() - started < seconds:
+        while len(sent) < window:
+            offset += 1
+            sent[offset] = time.perf_counter()
+            consumer.commit_async({tp: OffsetAndMetadata(offset)}, done)
+        consumer.poll(timeout_ms=2)  # runs the callbacks of finished commits
+    elapsed = time.perf_counter() - started
+    drain_deadline = time.perf_counter() + 30
+    while sent and time.perf_counter() < drain_deadline:
+        consumer.poll(timeout_ms=10)
+    _emit(event="commits", seconds=elapsed, errors=errors + len(sent),
           latencies_ms=[round(x, 3) for x in latencies])
 
 
@@ -343,14 +389,17 @@ def rebalance(bootstrap: str, hb_ms: int, session_ms: int) -> dict[str, Any]:
     return out
 
 
-def commits(bootstrap: str, seconds: float, *, groups: int, count: int = COMMITTERS
-            ) -> dict[str, Any]:
+def commits(bootstrap: str, seconds: float, *, groups: int, count: int = COMMITTERS,
+            window: int = 0) -> dict[str, Any]:
     """``count`` members committing in a loop: in one group (groups=1), or each in a group of
-    its own (groups=count), so their commits go to several coordinator shards."""
+    its own (groups=count), so their commits go to several coordinator shards. ``window`` > 0:
+    each member keeps that many commit_async() in flight instead of a sync commit() each."""
     topic = "commits"
-    names = [f"committers-{count}-{groups}-{i % groups}" for i in range(count)]
-    members = [Member("commit", bootstrap, group, topic, f"c{i}",
-                      env={"BENCH_SECONDS": str(seconds)}) for i, group in enumerate(names)]
+    names = [f"committers-{count}-{groups}-{window}-{i % groups}" for i in range(count)]
+    mode = "commit_async" if window else "commit"
+    members = [Member(mode, bootstrap, group, topic, f"c{i}",
+                      env={"BENCH_SECONDS": str(seconds), "BENCH_WINDOW": str(window)})
+               for i, group in enumerate(names)]
     try:
         with Admin(bootstrap) as admin:
             for group in set(names):
@@ -364,11 +413,13 @@ def commits(bootstrap: str, seconds: float, *, groups: int, count: int = COMMITT
     latencies = sorted(x for r in results for x in r["latencies_ms"])
     per_s = sum(len(r["latencies_ms"]) / r["seconds"] for r in results)
     out = {"members": count, "groups": groups, "seconds": seconds,
+           "mode": f"commit_async, {window} in flight per member" if window else "sync commit()",
            "commits": len(latencies),
            "errors": sum(r["errors"] for r in results), "commits_per_s": round(per_s),
            "p50_ms": round(statistics.median(latencies), 2) if latencies else -1,
            "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else -1}
     print(f"commits: {out['commits_per_s']:,}/s, {count} member(s) in {groups} group(s), "
+          f"{out['mode']}, "
           f"round trip p50 "
           f"{out['p50_ms']} ms, p99 {out['p99_ms']} ms")
     return out
@@ -442,6 +493,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                         groups=COMMITTERS)
                 out["commits_one_member"] = commits(bootstrap, args.seconds, groups=1,
                                                     count=1)
+                out["commits_async_window"] = commits(bootstrap, args.seconds, groups=1,
+                                                      window=COMMIT_WINDOW)
             if "consume" in args.phases:
                 out["consume"] = consume(bootstrap, args.records)
     return {
