@@ -24,9 +24,10 @@ from __future__ import annotations
 import base64
 import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from broker.group.assignment import Assignor, TopicMetadata
+from broker.group.deadlines import MemberDeadlines
 from broker.group.group import ConsumerGroup, ConsumerGroupMember, GroupState
 from broker.group.heartbeat_checks import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -119,19 +120,6 @@ def _default_assignors() -> Mapping[str, Assignor]:
 
 
 @dataclass
-class _Deadlines:
-    """Soft state (not in records): a new coordinator starts every member's session afresh."""
-
-    session_ms: dict[tuple[str, str], int] = field(default_factory=dict)
-    #: (group, member) -> (deadline, the member epoch it must have moved past by then).
-    rebalance_ms: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
-
-    def forget(self, group_id: str, member_id: str) -> None:
-        self.session_ms.pop((group_id, member_id), None)
-        self.rebalance_ms.pop((group_id, member_id), None)
-
-
-@dataclass
 class GroupCounters:
     """Soft counts of one group since this shard was loaded (for metrics, not in records):
     group epoch bumps (rebalances) and offsets committed."""
@@ -150,13 +138,16 @@ class GroupCoordinatorShard:
         self._rng = rng
         self._assignors = dict(assignors if assignors is not None else _default_assignors())
         check(config.default_assignor in self._assignors, "the default assignor must exist")
-        self._deadlines = _Deadlines()
+        self._deadlines = MemberDeadlines()
+        #: Members replayed from the log have no session deadline until the next timer.
+        self._unscheduled_members = False
         #: group id -> counts of what this shard wrote for it (dropped with the group).
         self.counters: dict[str, GroupCounters] = {}
 
     def replay(self, record: GroupRecord) -> None:
         """Apply a record read from the partition (loading) or just made (writing)."""
         self.state.replay(record)
+        self._unscheduled_members = True
 
     def replay_written(self, record: GroupRecord) -> None:
         """Apply a record made for this shard outside its handlers (the runtime's wall-clock
@@ -248,7 +239,7 @@ class GroupCoordinatorShard:
                               state=gpb.MEMBER_STATE_STABLE, assigned={}, pending_revocation={})
             owned = {}
         self._reconcile_member(group, current, owned, now_ms, records)
-        self._deadlines.session_ms[(group_id, member_id)] = now_ms + self.config.session_timeout_ms
+        self._deadlines.set_session((group_id, member_id), now_ms + self.config.session_timeout_ms)
         final = group.members[member_id]
         response.member_id = member_id
         response.member_epoch = final.member_epoch
@@ -345,10 +336,10 @@ class GroupCoordinatorShard:
         key = (group.group_id, member.member_id)
         if updated.state == gpb.MEMBER_STATE_UNREVOKED_PARTITIONS:
             if key not in self._deadlines.rebalance_ms:
-                self._deadlines.rebalance_ms[key] = (
-                    now_ms + updated.rebalance_timeout_ms, updated.member_epoch)
+                self._deadlines.set_rebalance(key, now_ms + updated.rebalance_timeout_ms,
+                                              updated.member_epoch)
         else:
-            self._deadlines.rebalance_ms.pop(key, None)
+            self._deadlines.clear_rebalance(key)
 
     def _consumer_group_leave(self, request: pb.ConsumerGroupHeartbeatRequest,
                               records: list[GroupRecord],
@@ -366,7 +357,7 @@ class GroupCoordinatorShard:
             left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                            previous_member_epoch=member.member_epoch)
             self._append(records, [_current_assignment(group.group_id, left)])
-            self._deadlines.rebalance_ms.pop((group.group_id, member.member_id), None)
+            self._deadlines.clear_rebalance((group.group_id, member.member_id))
         else:
             self._append(records, self._fence_member(group, member.member_id))
         response.member_id = request.member_id
@@ -383,11 +374,7 @@ class GroupCoordinatorShard:
     def on_timer(self, now_ms: int) -> list[GroupRecord]:
         """Fence members past their session or rebalance timeout; expire offsets of empty
         groups and delete empty groups left without offsets."""
-        records: list[GroupRecord] = []
-        for group_id, member_id in self._expired_members(now_ms):
-            if len(records) >= TIMER_RECORDS_SOFT_MAX:
-                break
-            self._append(records, self._fence_member(self.state.groups[group_id], member_id))
+        records = self.on_deadlines(now_ms)
         self._append(records, expire_offsets(
             self.state, now_ms=now_ms, retention_ms=self.config.offsets_retention_ms,
             records_max=max(0, TIMER_RECORDS_SOFT_MAX - len(records))))
@@ -397,21 +384,57 @@ class GroupCoordinatorShard:
             self._append(records, _group_tombstones(self.state.groups[group_id]))
         return records
 
+    def on_deadlines(self, now_ms: int) -> list[GroupRecord]:
+        """Fence the members whose session or rebalance timeout passed (only what is due is
+        visited: the runtime calls this at :meth:`next_deadline_ms`), in (group, member)
+        order, at most about TIMER_RECORDS_SOFT_MAX records; the rest on the next call."""
+        records: list[GroupRecord] = []
+        expired = self._expired_members(now_ms)
+        for index, (group_id, member_id) in enumerate(expired):
+            if len(records) >= TIMER_RECORDS_SOFT_MAX:
+                self._deadlines.restore(expired[index:])
+                break
+            self._append(records, self._fence_member(self.state.groups[group_id], member_id))
+        return records
+
+    def next_deadline_ms(self) -> int | None:
+        """When :meth:`on_deadlines` next has something to do (None: no member has a deadline;
+        members just loaded get theirs at the next on_timer)."""
+        return self._deadlines.next_deadline_ms()
+
     def _expired_members(self, now_ms: int) -> list[tuple[str, str]]:
+        self._schedule_loaded_members(now_ms)
         expired = []
-        for group_id, group in sorted(self.state.groups.items()):
-            for member_id, member in sorted(group.members.items()):
-                key = (group_id, member_id)
-                # A member loaded from the log gets a whole session from now.
-                session = self._deadlines.session_ms.setdefault(
-                    key, now_ms + self.config.session_timeout_ms)
-                rebalance = self._deadlines.rebalance_ms.get(key)
-                stuck = (rebalance is not None and rebalance[0] <= now_ms
-                         and member.state == gpb.MEMBER_STATE_UNREVOKED_PARTITIONS
-                         and member.member_epoch == rebalance[1])
-                if session <= now_ms or stuck:
-                    expired.append(key)
+        for key in self._deadlines.due(now_ms):
+            group = self.state.groups.get(key[0])
+            member = group.members.get(key[1]) if group is not None else None
+            if member is None:
+                self._deadlines.forget(*key)
+                continue
+            session = self._deadlines.session_ms.get(key)
+            rebalance = self._deadlines.rebalance_ms.get(key)
+            passed = rebalance is not None and rebalance[0] <= now_ms
+            stuck = (passed and rebalance is not None
+                     and member.state == gpb.MEMBER_STATE_UNREVOKED_PARTITIONS
+                     and member.member_epoch == rebalance[1])
+            if (session is not None and session <= now_ms) or stuck:
+                expired.append(key)
+            elif passed:
+                # The member moved past that epoch in time: the deadline no longer applies.
+                self._deadlines.clear_rebalance(key)
         return expired
+
+    def _schedule_loaded_members(self, now_ms: int) -> None:
+        """A member loaded from the log gets a whole session from now (one pass after a
+        load, not one per timer)."""
+        if not self._unscheduled_members:
+            return
+        self._unscheduled_members = False
+        for group_id, group in sorted(self.state.groups.items()):
+            for member_id in sorted(group.members):
+                if (group_id, member_id) not in self._deadlines.session_ms:
+                    self._deadlines.set_session((group_id, member_id),
+                                                now_ms + self.config.session_timeout_ms)
 
     # --- offsets ------------------------------------------------------------------------------
 

@@ -34,10 +34,11 @@ answers once they are committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -77,8 +78,11 @@ log = logging.getLogger("tidelog.broker.group")
 
 __all__ = ["TIMER_INTERVAL_MS", "GroupCoordinatorRuntime", "ShardOp"]
 
-#: How often each loaded shard's on_timer runs.
+#: How often each loaded shard's on_timer runs (offset expiry, empty groups; members' deadlines
+#: are also checked when they come, see next_wake_ms).
 TIMER_INTERVAL_MS = 500
+#: The timer never wakes more often than this.
+TIMER_MIN_INTERVAL_MS = 50
 #: A failed load is retried after this (while still leader).
 LOAD_RETRY_MS = 1_000
 #: How long a load waits between reads when the HW is still below its target.
@@ -209,6 +213,9 @@ class GroupCoordinatorRuntime:
         self._append_linger_ms = append_linger_ms
         self._write_timeout_ms = write_timeout_ms
         self._ack_tasks: set[asyncio.Task[None]] = set()
+        #: When the timer task next wakes (monotonic ms), and the event that wakes it sooner.
+        self._timer_due_ms = 0
+        self._timer_wake = asyncio.Event()
         self._shards: dict[int, _ShardContext] = {}
         self._topic_id: bytes | None = None
         self._creating: asyncio.Task[None] | None = None
@@ -324,6 +331,7 @@ class GroupCoordinatorRuntime:
                 self._reload(context, f"a handler failed: {error!r}")
                 raise
             waits = self._accumulate(context, records) or _seen(context)
+            self._maybe_wake_timer(context.shard)
         await self._committed(waits)
         return response
 
@@ -424,36 +432,65 @@ class GroupCoordinatorRuntime:
     # --- timers --------------------------------------------------------------------------------
 
     async def _run_timers(self) -> None:
+        """Each shard's on_timer every TIMER_INTERVAL_MS; between, its on_deadlines when a
+        member's deadline comes (woken early when a write sets an earlier one)."""
+        full_due_ms = _monotonic_ms() + TIMER_INTERVAL_MS
         while True:
-            await asyncio.sleep(TIMER_INTERVAL_MS / 1000)
+            now = _monotonic_ms()
+            self._timer_due_ms = next_wake_ms(
+                now, full_due_ms=full_due_ms,
+                deadlines_ms=[c.shard.next_deadline_ms() for c in self._shards.values()
+                              if c.state is _State.ACTIVE])
+            self._timer_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_wake.wait(),
+                                       (self._timer_due_ms - now) / 1000)
+            now = _monotonic_ms()
+            full = now >= full_due_ms
+            if full:
+                full_due_ms = now + TIMER_INTERVAL_MS
             for context in list(self._shards.values()):
                 if context.state is not _State.ACTIVE:
                     continue
-                try:
-                    await self._tick(context)
-                except TidelogError as error:
-                    log.info("broker %d: %s timer: %s", self.broker_id, context.tp, error)
-                except Exception:
-                    log.exception("broker %d: %s timer failed", self.broker_id, context.tp)
+                deadline = context.shard.next_deadline_ms()
+                if full or (deadline is not None and deadline <= now):
+                    self._run_tick(context, full=full)
 
-    async def _tick(self, context: _ShardContext) -> None:
-        async with context.lock:
-            if self._shards.get(context.tp.partition_id) is not context \
-                    or context.state is not _State.ACTIVE:
-                return
-            shard = context.shard
-            try:
-                records = shard.on_timer(_monotonic_ms())
-                expired = expire_offsets(shard.state, now_ms=_wall_ms(),
-                                         retention_ms=shard.config.offsets_retention_ms,
-                                         records_max=TIMER_RECORDS_SOFT_MAX)
-                for record in expired:
-                    shard.replay_written(record)
-            except Exception as error:
-                self._reload(context, f"its timer failed: {error!r}")
-                raise
-            waits = self._accumulate(context, records + expired)
-        await self._committed(waits)
+    def _run_tick(self, context: _ShardContext, *, full: bool) -> None:
+        try:
+            self._tick(context, full=full)
+        except TidelogError as error:
+            log.info("broker %d: %s timer: %s", self.broker_id, context.tp, error)
+        except Exception:
+            log.exception("broker %d: %s timer failed", self.broker_id, context.tp)
+
+    def _maybe_wake_timer(self, shard: GroupCoordinatorShard) -> None:
+        """A write may have set a deadline earlier than the timer's planned wake."""
+        deadline = shard.next_deadline_ms()
+        if deadline is not None and deadline < self._timer_due_ms:
+            self._timer_wake.set()
+
+    def _tick(self, context: _ShardContext, *, full: bool) -> None:
+        """The shard's due deadlines (and on a full tick its on_timer and the wall-clock
+        offset expiry); their records join the open batch. Nothing waits for them here: a
+        failed append reloads the shard as a request's would, and one shard's slow write must
+        not hold the others' timers."""
+        if self._shards.get(context.tp.partition_id) is not context \
+                or context.state is not _State.ACTIVE:
+            return
+        shard = context.shard
+        try:
+            now = _monotonic_ms()
+            records = shard.on_timer(now) if full else shard.on_deadlines(now)
+            expired = expire_offsets(shard.state, now_ms=_wall_ms(),
+                                     retention_ms=shard.config.offsets_retention_ms,
+                                     records_max=TIMER_RECORDS_SOFT_MAX) if full else []
+            for record in expired:
+                shard.replay_written(record)
+        except Exception as error:
+            self._reload(context, f"its timer failed: {error!r}")
+            raise
+        self._accumulate(context, records + expired)
 
     # --- loading and unloading (a metadata publisher) ------------------------------------------
 
@@ -573,6 +610,15 @@ class GroupCoordinatorRuntime:
                 return count
             if not info.batches:
                 await asyncio.sleep(LOAD_POLL_MS / 1000)  # the HW has not reached the target
+
+
+def next_wake_ms(now_ms: int, *, full_due_ms: int, deadlines_ms: Iterable[int | None]) -> int:
+    """When the timer next wakes: the next full tick or the earliest member deadline of any
+    shard, whichever is first, but not before TIMER_MIN_INTERVAL_MS from now (a deadline
+    already due waits that long: a bound on how often the timer runs, not a delay of note
+    against session timeouts of seconds)."""
+    wake = min([full_due_ms, *(d for d in deadlines_ms if d is not None)])
+    return max(wake, now_ms + TIMER_MIN_INTERVAL_MS)
 
 
 def _seen(context: _ShardContext) -> list[BatchDone]:
