@@ -17,9 +17,10 @@ What it checks:
 * writes pipeline (a second commit is appended while the first waits for its follower) and a
   read answers only once what it may have seen is committed;
 * concurrent writes coalesce: two commits made together are one batch in the log, both
-  answered once it is committed; an append that fails fails both, and the reloaded shard has
-  neither; a write that makes no records (a heartbeat changing nothing) answers only once the
-  batch it may have seen is committed.
+  answered once it is committed; commits made while a batch waits for its follower gather
+  into the next batch (the adaptive linger); an append that fails fails both, and the
+  reloaded shard has neither; a write that makes no records (a heartbeat changing nothing)
+  answers only once the batch it may have seen is committed.
 
 How: the in-process cluster of tests/unit/test_replica_manager.py with one broker; the runtime
 and the group handlers are driven directly.
@@ -261,6 +262,39 @@ def test_concurrent_commits_are_one_batch_and_a_failed_append_fails_them_all(tmp
         c.caught_up[1] = True
         await coordinator.loaded()
         assert await coordinator.committed() == 20, "the shard was reloaded from the log"
+    scenario(tmp_path, body, broker_ids=(1, 2))
+
+
+def test_writes_made_while_a_batch_waits_for_its_acks_gather_into_the_next(tmp_path: Path
+                                                                            ) -> None:
+    """The adaptive linger: while a batch waits for its follower, later commits (arriving
+    one at a time) gather in the open batch and go out as one when the first is committed."""
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic(TOPIC, [[1, 2]])
+        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
+        coordinator = Runtime(c)
+        coordinator.publish(c.managers[1].image)
+        await coordinator.loaded()
+        member = await coordinator.join()
+        assert member.error_code == ErrorCode.NONE, member
+        log = c.managers[1].partition(
+            c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id, 0)
+        assert log is not None
+        end = log.log.log_end_offset
+
+        c.network.cut.add(2)  # the follower stops fetching: the first batch waits
+        commits = [asyncio.create_task(coordinator.commit(member, 10))]
+        await until(lambda: log.log.log_end_offset == end + 1, "the first batch appended")
+        for offset in (20, 30):
+            commits.append(asyncio.create_task(coordinator.commit(member, offset)))
+            await asyncio.sleep(0.02)  # one at a time, each in an event loop pass of its own
+        assert log.log.log_end_offset == end + 1, "the later commits wait in the open batch"
+        c.network.cut.discard(2)
+        for answer in await asyncio.wait_for(asyncio.gather(*commits), 10):
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.NONE, answer
+        assert offsets_batches(c, end) == [(end, 1), (end + 1, 2)]
+        assert await coordinator.committed() == 30
     scenario(tmp_path, body, broker_ids=(1, 2))
 
 
