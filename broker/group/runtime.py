@@ -11,22 +11,32 @@ answers once they are committed.
   COORDINATOR_LOAD_IN_PROGRESS. A record that does not decode fails the load (logged), which is
   retried after :data:`LOAD_RETRY_MS`. When the broker stops leading the partition the shard is
   dropped: its groups' requests get NOT_COORDINATOR.
-* **Writes.** One ``asyncio.Lock`` per shard: a request runs the shard's pure handler, which
-  returns (records, response) with the records already applied in memory; the runtime appends
-  them to the leader's log at once as Kafka-style batches (key and value per record), lets go
-  of the shard, and answers the response only once acks=all is met for them. Concurrent
-  requests thus pipeline: the next is applied and appended while the earlier one waits for its
-  followers (Kafka's CoordinatorRuntime likewise answers a write once the HW passes it). Reads
-  (OffsetFetch, describe, list) answer once the newest append they may have seen is committed,
-  so no answer shows what a failed write left in memory. A write that fits one batch (just under
-  ``MESSAGE_BYTES_MAX``) is one batch, so all of it is in the log or none is; only a larger one
-  is split (see docs/decisions.md). If it fails, the shard's memory is ahead of the log, so the
-  shard is reloaded from the log and the request gets COORDINATOR_NOT_AVAILABLE or
-  NOT_COORDINATOR (both retriable), as Kafka maps append errors.
-* **Timers.** Every :data:`TIMER_INTERVAL_MS` each active shard's ``on_timer`` runs (monotonic
-  ms: session and rebalance timeouts must not jump with the wall clock) under the same lock and
-  its records are written the same way; offset expiry runs beside it on the wall clock (commit
-  timestamps are wall-clock times).
+* **Writes.** A request runs the shard's pure handler (under the shard's ``asyncio.Lock``),
+  which returns (records, response) with the records already applied in memory; the records
+  join the shard's open batch (:class:`~broker.group.append_accumulator.AppendAccumulator`)
+  with no await in between, so log order is apply order. The open batch is appended to the
+  leader's log as one Kafka-style batch (key and value per record) when its linger ends
+  (:data:`APPEND_LINGER_MS`, adaptive by default: at once if no earlier batch of the shard
+  waits for its acks, else as soon as none does) or when the next write would not fit; each
+  response is answered only once the batch holding its records is committed (acks=all).
+  Concurrent commits thus share one append and one acks=all wait (Kafka's CoordinatorRuntime
+  accumulates a batch per shard and answers a write once the HW passes it, likewise). Reads
+  (OffsetFetch, describe, list) and writes without records answer once the newest batch they
+  may have seen is committed, so no answer shows what a failed write left in memory. A write
+  that fits one batch (just under ``MESSAGE_BYTES_MAX``) never straddles two, so all of it is
+  in the log or none is; only a larger one is split (see docs/decisions.md). If an append
+  fails, the shard's memory is ahead of the log, so the shard is reloaded from the log and
+  every request whose records the batch carried gets COORDINATOR_NOT_AVAILABLE or
+  NOT_COORDINATOR (both retriable), as Kafka maps append errors; records never appended
+  (the open batch at a reload or unload) fail their requests likewise.
+* **Timers.** Members' session and rebalance deadlines are in a heap per shard
+  (:mod:`broker.group.deadlines`): the timer task wakes at the earliest deadline of any shard
+  (woken sooner when a write sets an earlier one; at most every :data:`TIMER_MIN_INTERVAL_MS`)
+  and runs the shard's ``on_deadlines``, which visits only the members due; every
+  :data:`TIMER_INTERVAL_MS` it runs the full ``on_timer`` (monotonic ms: session and rebalance
+  timeouts must not jump with the wall clock) and offset expiry beside it on the wall clock
+  (commit timestamps are wall-clock times). Their records join the open batch; the timer does
+  not wait for them.
 * **The topic.** :meth:`ensure_offsets_topic` asks the controller (through the caller's
   ``create_topic``) to create ``__consumer_offsets`` on first use; one attempt at a time.
 """
