@@ -72,6 +72,10 @@ class NodeSpec:
     broker_port: int = 0
     inter_broker_port: int = 0
     pid: int = 0
+    #: Where every listener of the node binds and is dialled (chaos's netns mode moves a node
+    #: onto its namespace's address), and the network namespace it starts in ("" none).
+    host: str = HOST
+    netns: str = ""
 
     @property
     def is_controller(self) -> bool:
@@ -157,17 +161,17 @@ class LocalCluster:
                  f'cluster_secret_file = "{self.secret_path}"', ""]
         # An override may replace a default key (chaos/ moves raft_listen_host): TOML refuses
         # a key given twice.
-        controller = {"listen_host": HOST, "raft_listen_host": HOST}
+        controller = {"listen_host": spec.host, "raft_listen_host": spec.host}
         lines += ["[controller]",
                   *_toml_items(controller | self.overrides.get("controller", {})), ""]
-        lines += ["[broker]", f'host = "{HOST}"', f'listen_host = "{HOST}"',
+        lines += ["[broker]", f'host = "{spec.host}"', f'listen_host = "{spec.host}"',
                   f"port = {spec.broker_port or 9092}",
-                  f'inter_broker_listen_host = "{HOST}"',
+                  f'inter_broker_listen_host = "{spec.host}"',
                   f"inter_broker_port = {spec.inter_broker_port or 9095}",
                   *_toml_items(self.overrides.get("broker", {})), ""]
-        lines += ["[metrics]", f'host = "{HOST}"', f"port = {spec.metrics_port}", ""]
+        lines += ["[metrics]", f'host = "{spec.host}"', f"port = {spec.metrics_port}", ""]
         for voter in self.controllers():
-            lines += ["[[controller.voters]]", f"id = {voter.node_id}", f'host = "{HOST}"',
+            lines += ["[[controller.voters]]", f"id = {voter.node_id}", f'host = "{voter.host}"',
                       f"port = {voter.controller_port}", f"raft_port = {voter.raft_port}", ""]
         return "\n".join(lines)
 
@@ -181,11 +185,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         """Comma-separated broker addresses, as clients take them."""
-        return ",".join(f"{HOST}:{b.broker_port}" for b in self.brokers())
+        return ",".join(f"{b.host}:{b.broker_port}" for b in self.brokers())
 
     @property
     def controller_addresses(self) -> list[str]:
-        return [f"{HOST}:{c.controller_port}" for c in self.controllers()]
+        return [f"{c.host}:{c.controller_port}" for c in self.controllers()]
 
     def is_running(self, name: str) -> bool:
         pid = self.nodes[name].pid
@@ -213,8 +217,10 @@ class LocalCluster:
         log = open(self.log_path(name), "ab")  # noqa: SIM115 - handed to the child
         environment = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(name, {}),
                        **(env or {})}
+        # ip netns exec execs the command itself, so the pid is the node's.
+        netns = ["ip", "netns", "exec", spec.netns] if spec.netns else []
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidelog.cli", "server", "--config",
+            [*netns, sys.executable, "-m", "tidelog.cli", "server", "--config",
              str(self.config_path(name))],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
             start_new_session=True,  # a Ctrl-C in the user's terminal does not reach the nodes
@@ -281,7 +287,7 @@ class LocalCluster:
         """None when the node's /readyz says ready, else why not."""
         if not self.is_running(name):
             return "not running"
-        url = f"http://{HOST}:{self.nodes[name].metrics_port}/readyz"
+        url = f"http://{self.nodes[name].host}:{self.nodes[name].metrics_port}/readyz"
         try:
             with urllib.request.urlopen(url, timeout=1) as r:
                 return None if r.status == 200 else r.read().decode().strip()
