@@ -7,9 +7,12 @@ The steps, each bounded:
 
 1. the cluster: by default a new local one under the run's directory (3 controllers + 3
    brokers, :data:`OVERRIDES` for fast failure detection), its links routed through
-   Toxiproxy-compatible proxies when the scenario has link faults (chaos/nemesis/network.py);
-   or an existing ``tidelog cluster up`` cluster (``cluster_dir``), which gets process faults
-   only: a scenario with link faults is refused (:class:`UsageError`);
+   Toxiproxy-compatible proxies when the scenario has link faults (chaos/nemesis/network.py),
+   or with ``network="netns"`` each node in its own network namespace and link faults made
+   with tc (chaos/netns/: the run must then be inside the plan's client namespace, which
+   ``tidelog chaos run --network netns`` arranges); or an existing ``tidelog cluster up``
+   cluster (``cluster_dir``), which gets process faults only: a scenario with link faults
+   is refused (:class:`UsageError`);
 2. the run's topic (RF 3, the scenario's partitions and min.insync.replicas, its topic
    configs), and for ``kill-member`` the extra member process (chaos/runner_member.py);
 3. the queue workload (chaos/workload) for ``duration_s`` while the main thread applies the
@@ -48,6 +51,8 @@ from chaos.checkers import HistoryCheck, Promise, check_history
 from chaos.history import Acks, Fault, HistoryWriter, Op, read_history
 from chaos.nemesis import Fault as NemesisFault
 from chaos.nemesis import ProxiedNetwork, routed_overrides
+from chaos.netns import NetnsNetwork, NetnsPlan
+from chaos.netns.shell import inside
 from chaos.report import fault_windows, recovery, summary_lines, timeline
 from chaos.runner_faults import Targets, build_fault
 from chaos.runner_member import MemberProcess
@@ -77,6 +82,9 @@ OVERRIDES: Final[dict[str, dict[str, Any]]] = {
                "group_consumer_heartbeat_interval_ms": 200,
                "group_consumer_session_timeout_ms": 6_000},
 }
+#: The runner's own cluster (the netns mode plans a namespace for each of its nodes).
+CONTROLLERS: Final = 3
+BROKERS: Final = 3
 CLIENT: Final = ClientSettings(request_timeout_ms=5_000, delivery_timeout_ms=10_000,
                                close_timeout_ms=5_000)
 #: Bounds of the phases after the workload.
@@ -104,6 +112,10 @@ class RunOptions:
     cluster_dir: Path | None = None
     #: Called with a progress line (about once a second while the workload runs).
     progress: Callable[[str], None] = field(default=lambda line: None)
+    #: "proxy" (links through Toxiproxy-compatible proxies) or "netns" (every node in a
+    #: namespace of ``netns_plan``, whose client namespace this process must run in).
+    network: str = "proxy"
+    netns_plan: NetnsPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +135,7 @@ class _Env:
     """What the run works on: the cluster, its routed network, the topic, the group."""
 
     cluster: LocalCluster
-    net: ProxiedNetwork | None
+    net: ProxiedNetwork | NetnsNetwork | None
     own: bool
     topic: str
     group: str
@@ -161,6 +173,7 @@ def run_scenario(options: RunOptions) -> RunOutcome:
                          f"proxies, which only a cluster the runner starts has; run it "
                          f"without --cluster-dir (an existing cluster gets process faults "
                          f"only)")
+    _check_network(options)
     if options.cluster_dir is not None and not (options.cluster_dir / "cluster.json").is_file():
         raise UsageError(f"no cluster at {options.cluster_dir} (start one with `tidelog "
                          f"cluster up --dir DIR`)")
@@ -169,6 +182,20 @@ def run_scenario(options: RunOptions) -> RunOutcome:
     with _log_to(run_dir / "runner.log"), _environment(options, scenario, run_dir) as env:
         outcome = _run(options, scenario, schedule, env, run_dir, started)
     return outcome
+
+
+def _check_network(options: RunOptions) -> None:
+    if options.network not in ("proxy", "netns"):
+        raise UsageError(f"network must be proxy or netns, not {options.network!r}")
+    if options.network != "netns":
+        return
+    if options.cluster_dir is not None:
+        raise UsageError("--network netns puts the nodes of a cluster the runner starts in "
+                         "namespaces; it cannot run against --cluster-dir")
+    plan = options.netns_plan
+    if plan is None or not inside(plan.client):
+        raise UsageError("the netns mode runs inside its client namespace: start it with "
+                         "`tidelog chaos run SCENARIO --network netns`")
 
 
 @contextlib.contextmanager
@@ -209,13 +236,18 @@ def _environment(options: RunOptions, scenario: Scenario, run_dir: Path) -> Iter
     stamp = run_dir.name.replace(".", "-")[:60]
     with contextlib.ExitStack() as stack:
         if options.cluster_dir is None:
+            netns = options.network == "netns"
+            proxied = scenario.needs_links and not netns
             options.progress("starting a local cluster (3 controllers, 3 brokers"
-                             + (", links through proxies)" if scenario.needs_links else ")"))
-            overrides = routed_overrides(OVERRIDES) if scenario.needs_links else OVERRIDES
-            cluster = LocalCluster.create(run_dir / "cluster", controllers=3, brokers=3,
-                                          overrides=overrides)
-            net = None
-            if scenario.needs_links:
+                             + (", each in its network namespace)" if netns else
+                                ", links through proxies)" if proxied else ")"))
+            overrides = routed_overrides(OVERRIDES) if proxied else OVERRIDES
+            cluster = LocalCluster.create(run_dir / "cluster", controllers=CONTROLLERS,
+                                          brokers=BROKERS, overrides=overrides)
+            net: ProxiedNetwork | NetnsNetwork | None = None
+            if netns and options.netns_plan is not None:
+                net = stack.enter_context(NetnsNetwork.placed(cluster, options.netns_plan))
+            elif proxied:
                 stack.enter_context(proxies.toxiproxy())
                 net = stack.enter_context(ProxiedNetwork.wired(cluster))
             stack.callback(_kill_all, cluster)

@@ -36,6 +36,7 @@ from chaos.nemesis import (
 )
 from chaos.nemesis.process import GracefulRestart
 from chaos.nemesis.topology import active_controller, nodes_of
+from chaos.netns import NetnsNetem, NetnsNetwork, NetnsPartition
 from chaos.runner_member import KillMember, MemberProcess
 from chaos.scenarios import FaultSpec
 from tidelog.client import Admin
@@ -46,6 +47,9 @@ __all__ = ["SLOW_LATENCY_MS", "Targets", "build_fault"]
 SLOW_LATENCY_MS, SLOW_JITTER_MS = 200, 100
 #: flaky-link: the share of connections reset on data, and the slicer's pieces.
 FLAKY_TOXICITY, FLAKY_SLICE_BYTES = 0.33, 64
+#: flaky-link in the netns mode, where netem has no resets or slicing: packets lost and
+#: delayed unevenly (TCP retransmits, stalls, reorders), each way.
+NETEM_FLAKY_LOSS_PERCENT, NETEM_FLAKY_DELAY_MS, NETEM_FLAKY_JITTER_MS = 10.0, 20, 20
 LOOKUP_TIMEOUT_S = 15.0
 _POLL_S = 0.2
 
@@ -117,7 +121,8 @@ class Targets:
         return self.broker_name(groups[self.group].coordinator)
 
 
-def build_fault(spec: FaultSpec, *, cluster: LocalCluster, net: ProxiedNetwork | None,
+def build_fault(spec: FaultSpec, *, cluster: LocalCluster,
+                net: ProxiedNetwork | NetnsNetwork | None,
                 targets: Targets, member: MemberProcess | None,
                 rng: random.Random) -> Fault:
     """The Fault for ``spec``, its target resolved now. ValueError for a link fault without a
@@ -135,6 +140,8 @@ def build_fault(spec: FaultSpec, *, cluster: LocalCluster, net: ProxiedNetwork |
         return make(cluster, node, label=spec.target, duration_s=hold)
     if net is None:
         raise ValueError(f"{spec.kind} needs the cluster's links routed through proxies")
+    if isinstance(net, NetnsNetwork):
+        return _netns_fault(spec, net, cluster, targets, rng)
     if spec.kind == "partition":
         return Partition(net, _shape(spec, cluster, targets, rng),
                          name=f"partition-{spec.shape}", duration_s=hold)
@@ -144,6 +151,22 @@ def build_fault(spec: FaultSpec, *, cluster: LocalCluster, net: ProxiedNetwork |
     return LinkToxic(net, node, f"flaky-{node}",
                      f"TCP resets on {FLAKY_TOXICITY:.0%} of connections, data sliced into "
                      f"{FLAKY_SLICE_BYTES}-byte pieces", _flaky, duration_s=hold)
+
+
+def _netns_fault(spec: FaultSpec, net: NetnsNetwork, cluster: LocalCluster, targets: Targets,
+                 rng: random.Random) -> Fault:
+    """The netns mode's fault for a link kind (chaos/netns/faults.py)."""
+    hold = spec.hold_s
+    if spec.kind == "partition":
+        return NetnsPartition(net, _shape(spec, cluster, targets, rng),
+                              name=f"partition-{spec.shape}", duration_s=hold)
+    node = targets.resolve(spec.target)
+    if spec.kind == "slow":
+        return NetnsNetem(net, node, f"slow-{node}", delay_ms=SLOW_LATENCY_MS,
+                          jitter_ms=SLOW_JITTER_MS, duration_s=hold)
+    return NetnsNetem(net, node, f"flaky-{node}", delay_ms=NETEM_FLAKY_DELAY_MS,
+                      jitter_ms=NETEM_FLAKY_JITTER_MS,
+                      loss_percent=NETEM_FLAKY_LOSS_PERCENT, duration_s=hold)
 
 
 def _flaky(proxy: Proxy) -> list[str]:

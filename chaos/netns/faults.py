@@ -64,6 +64,8 @@ class NetnsNetwork:
         for name, spec in self.cluster.nodes.items():
             spec.host = self.plan.address(name)
             spec.netns = self.plan.namespace(name)
+        # Only now: each config names every controller's address (the voters).
+        for name, spec in self.cluster.nodes.items():
             self.cluster.config_path(name).write_text(self.cluster.render_config(spec))
         self.cluster.save()
 

@@ -4,8 +4,10 @@
 ``list`` prints the named scenarios (chaos/scenarios.py) and what each does. ``run SCENARIO``
 runs one (chaos/runner.py): against a local cluster it starts itself in the run's directory
 (``--dir``, default a new one under ./chaos-runs/), or an existing ``tidelog cluster up``
-cluster (``--cluster-dir``, process faults only), with a progress line on stderr, then prints
-the one-screen summary (or, with ``--format json``, result.json) and leaves history.jsonl,
+cluster (``--cluster-dir``, process faults only), with its links faulted through proxies or,
+with ``--network netns``, each node in a network namespace of its own (chaos/netns/), with a
+progress line on stderr, then prints the one-screen summary (or, with ``--format json``,
+result.json) and leaves history.jsonl,
 result.json, summary.txt and timeline.png in the run's directory. ``check HISTORY`` re-checks a
 stored history (chaos/history.py) with every checker (chaos/checkers) under a promise: the
 one given by ``--replication-factor``, ``--min-insync-replicas`` and
@@ -82,9 +84,13 @@ def list_cmd(fmt: str) -> None:
 @click.option("--cluster-dir", type=click.Path(file_okay=False, path_type=str), default=None,
               help="run against the cluster `tidelog cluster up --dir` started (process "
                    "faults only)")
+@click.option("--network", type=click.Choice(["proxy", "netns"]), default="proxy",
+              show_default=True,
+              help="how links are faulted: through proxies, or each node in its own network "
+                   "namespace with tc (root, ip, tc; docs/chaos.md)")
 @format_option
 def run_cmd(scenario: str, seed: int | None, duration: float | None, acks: str | None,
-            run_dir: str | None, cluster_dir: str | None, fmt: str) -> None:
+            run_dir: str | None, cluster_dir: str | None, network: str, fmt: str) -> None:
     """Run SCENARIO against a cluster while recording every client operation, then check
     the history; exit 1 when the promise was broken."""
     import random
@@ -97,8 +103,19 @@ def run_cmd(scenario: str, seed: int | None, duration: float | None, acks: str |
         chosen = scenarios.get(scenario)
     except KeyError as e:
         raise CliError(str(e.args[0])) from None
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    netns_plan = None
+    if network == "netns":
+        if cluster_dir is not None:
+            raise CliError("--network netns puts the nodes of a cluster the runner starts in "
+                           "namespaces; it cannot run against --cluster-dir")
+        netns_plan = _netns_plan_or_exit(chosen, [
+            "chaos", "run", scenario, "--network", "netns", "--seed", str(seed),
+            *(["--duration", repr(duration)] if duration is not None else []),
+            *(["--acks", acks] if acks else []), *(["--dir", run_dir] if run_dir else []),
+            "--format", fmt])
     options = RunOptions(
-        chosen, seed=random.SystemRandom().randrange(2**31) if seed is None else seed,
+        chosen, seed=seed, network=network, netns_plan=netns_plan,
         duration_s=scenarios.DURATION_S_DEFAULT if duration is None else duration,
         acks=acks,  # type: ignore[arg-type]  # one of the click choices
         run_dir=Path(run_dir) if run_dir else None,
@@ -116,6 +133,26 @@ def run_cmd(scenario: str, seed: int | None, duration: float | None, acks: str |
     if not outcome.valid:
         raise CliError(f"the promise was broken: {', '.join(outcome.check.forbidden_kinds)} "
                        f"(evidence in {outcome.run_dir / 'result.json'})", EXIT_FAILURE)
+
+
+def _netns_plan_or_exit(chosen: Any, argv: list[str]) -> Any:
+    """Inside the netns mode's client namespace: the run's plan (a chaos.netns.NetnsPlan).
+    Outside: create the namespaces, run ``tidelog <argv>`` inside and exit with its code
+    (2 with one line when the machine cannot: chaos/netns/session.py)."""
+    from chaos.netns import session
+    from chaos.runner import BROKERS, CONTROLLERS
+
+    try:
+        plan = session.plan_from_env()
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if plan is not None:
+        return plan
+    netem = chosen.random or any(f.kind in ("slow", "flaky") for f in chosen.faults)
+    code = session.run_outside(session.cluster_nodes(CONTROLLERS, BROKERS), argv, netem=netem)
+    if isinstance(code, str):
+        raise CliError(code)
+    raise click.exceptions.Exit(code)
 
 
 class _Progress:
