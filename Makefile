@@ -17,7 +17,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	tidelog/spark \
 	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py \
 	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py \
-	chaos/runner_suite.py chaos/report.py chaos/report_png.py
+	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns
 
 .PHONY: chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
