@@ -6,7 +6,7 @@ as plain values, as the replication core's shell does (``broker/replication/effe
 1. metadata → :func:`resolve_partitions` (which partitions the subscription reads);
 2. each partition's log start offset and high watermark → ``{TopicPartition: PartitionInfo}``;
 3. for a timestamp option, :func:`timestamps_to_look_up` → the first offset at or after each
-   timestamp (``None`` where no record is that late) → ``timestamp_offsets``;
+   timestamp (``None`` where no record is that late) → ``start_``/``end_timestamp_offsets``;
 4. a batch query: :func:`plan_batch` → a :class:`ReadPlan`; a streaming query:
    :func:`initial_offsets` once, then per micro-batch :func:`next_end_offsets` (Spark's
    ``latestOffset``) and :func:`plan_micro_batch` (Spark's ``partitions(start, end)``).
@@ -134,17 +134,21 @@ def timestamps_to_look_up(limit: OffsetLimit, partitions: Mapping[TopicPartition
 
 
 def plan_batch(options: SourceOptions, partitions: Mapping[TopicPartition, PartitionInfo], *,
-               timestamp_offsets: Mapping[TopicPartition, int | None] | None = None) -> ReadPlan:
-    """The input partitions of a batch read, from the starting to the ending offsets."""
+               start_timestamp_offsets: Mapping[TopicPartition, int | None] | None = None,
+               end_timestamp_offsets: Mapping[TopicPartition, int | None] | None = None
+               ) -> ReadPlan:
+    """The input partitions of a batch read, from the starting to the ending offsets. With a
+    timestamp option, ``start_``/``end_timestamp_offsets`` are the offsets found for the
+    lookups :func:`timestamps_to_look_up` named for ``options.starting``/``options.ending``."""
     losses, warnings = _Losses(options.fail_on_data_loss), []
     present = _present(options, partitions, losses)
-    found = timestamp_offsets or {}
     ranges = []
     for tp in present:
         info = partitions[tp]
-        start = _resolve(options.starting, tp, info, found, starting=True,
-                         strategy=options.timestamp_strategy)
-        end = _resolve(options.ending, tp, info, found, starting=False, strategy="latest")
+        start = _resolve(options.starting, tp, info, start_timestamp_offsets or {},
+                         starting=True, strategy=options.timestamp_strategy)
+        end = _resolve(options.ending, tp, info, end_timestamp_offsets or {}, starting=False,
+                       strategy="latest")
         if end > info.high_watermark:
             warnings.append(f"{tp}: the ending offset {end} is above the high watermark "
                             f"{info.high_watermark}: reading up to the high watermark")
@@ -158,7 +162,7 @@ def plan_batch(options: SourceOptions, partitions: Mapping[TopicPartition, Parti
 
 
 def initial_offsets(options: SourceOptions, partitions: Mapping[TopicPartition, PartitionInfo],
-                    *, timestamp_offsets: Mapping[TopicPartition, int | None] | None = None
+                    *, start_timestamp_offsets: Mapping[TopicPartition, int | None] | None = None
                     ) -> StartOffsets:
     """A new streaming query's start (Spark's initialOffset): ``startingOffsets`` resolved
     against the partitions now (latest by default)."""
@@ -166,8 +170,8 @@ def initial_offsets(options: SourceOptions, partitions: Mapping[TopicPartition, 
     offsets: dict[TopicPartition, int] = {}
     for tp in _present(options, partitions, losses):
         info = partitions[tp]
-        start = _resolve(options.starting, tp, info, timestamp_offsets or {}, starting=True,
-                         strategy=options.timestamp_strategy)
+        start = _resolve(options.starting, tp, info, start_timestamp_offsets or {},
+                         starting=True, strategy=options.timestamp_strategy)
         if start > info.high_watermark:
             losses.report(f"{tp}: the starting offset {start} is above the high watermark "
                           f"{info.high_watermark}", tp)
