@@ -136,6 +136,9 @@ def test_specific_offsets_must_name_every_partition_read() -> None:
     assert caught.value.option == "startingOffsets"
     assert "you must specify all TopicPartitions" in str(caught.value)
     assert "Specified: [t-0] Assigned: [t-0, t-1]" in str(caught.value)
+    with pytest.raises(SparkOptionError, match=r"startingOffsets names \[u-0\], which the "
+                                               "subscription does not read"):
+        plan_batch(options(startingOffsets='{"t":{"0":1,"1":3},"u":{"0":0}}'), CLUSTER)
 
 
 def test_timestamps_resolve_to_the_offsets_found() -> None:

@@ -281,6 +281,10 @@ def _present(options: SourceOptions, partitions: Mapping[TopicPartition, Partiti
         keys = _named_partitions(limit)
         if keys is None:
             continue
+        outside = sorted(tp for tp in keys if not _reads(options.subscription, tp))
+        if outside:
+            raise SparkOptionError(option, f"{option} names {_names(outside)}, which the "
+                                   f"subscription does not read")
         missing = sorted(set(present) - keys)
         if missing:
             raise SparkOptionError(option, f"If {option} contains specific offsets, you must "
