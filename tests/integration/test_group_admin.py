@@ -161,3 +161,40 @@ def leave(client: Client, coordinator: int, member: pb.ConsumerGroupHeartbeatRes
             return False
         return bool(answer.error_code == ErrorCode.NONE)
     wait_for(left, "the member to leave", 30)
+
+
+def test_cli_error_lines_name_the_group_once_and_an_empty_delete_says_none(
+        cluster: ClusterHarness) -> None:
+    """As a user reads them: each ``tidelog group`` error line names the group once (the
+    Admin's errors start with ``group 'G': ``, which the CLI's "cannot ... group 'G'" already
+    says: before, ``error: cannot describe group 'x': group 'x': group x does not exist``), and
+    ``delete-offsets`` of a topic the group has no commit on prints ``(none)`` and exits 0
+    (before: nothing at all)."""
+    client = Client(cluster)
+    try:
+        create_topic(client, TOPIC, 6)
+    finally:
+        client.close()
+    with Admin(cluster.bootstrap, default_api_timeout_ms=30_000) as admin:
+        admin.alter_group_offsets(GROUP, {TopicPartition(TOPIC, 0): 0})  # an Empty group
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tidelog.cli", "group", *args, "--brokers",
+             cluster.bootstrap], capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+
+    unknown = "nobody-here"
+    for args, what in ((("describe", unknown), f"cannot describe group {unknown!r}"),
+                       (("delete", unknown), f"cannot delete group {unknown!r}"),
+                       (("delete-offsets", unknown, "--topic", TOPIC),
+                        f"cannot delete offsets of group {unknown!r}")):
+        result = cli(*args)
+        assert result.returncode == 2 and result.stdout == "", result
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"error: {what}: "), line
+        rest = line.removeprefix(f"error: {what}: ")
+        assert f"{unknown!r}" not in rest and rest.endswith("(GROUP_ID_NOT_FOUND)"), line
+
+    nothing = cli("delete-offsets", GROUP, "--topic", "no-commits-here")
+    assert (nothing.returncode, nothing.stdout.strip(), nothing.stderr) == (0, "(none)", ""), \
+        nothing

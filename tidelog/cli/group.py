@@ -16,8 +16,11 @@ table or, with ``--format json``, JSON whose field names are part of the interfa
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
 
 import click
 
@@ -36,9 +39,11 @@ from tidelog.cli.common import (
 )
 from tidelog.client._fetcher import EARLIEST, LATEST
 from tidelog.client.records import TopicPartition
-from tidelog.errors import GroupIdNotFoundError
+from tidelog.errors import GroupIdNotFoundError, TidelogError
 
 __all__ = ["group"]
+
+_K = TypeVar("_K")
 
 
 @click.group(cls=OneLineGroup)
@@ -81,7 +86,8 @@ def describe(group_ids: tuple[str, ...], brokers: str, timeout_ms: int, fmt: str
     else:
         for i, g in enumerate(described):
             _print_group(g, first=i == 0)
-    raise_item_errors(result.errors, lambda n: f"cannot describe group {n!r}", brokers)
+    raise_item_errors(_named_once(result.errors, str), lambda n: f"cannot describe group {n!r}",
+                      brokers)
 
 
 def _describe_one(admin: Any, g: Any) -> dict[str, Any]:
@@ -157,7 +163,8 @@ def delete(group_ids: tuple[str, ...], brokers: str, timeout_ms: int, fmt: str) 
         echo_json(rows)
     elif rows:
         table(rows)
-    raise_item_errors(result.errors, lambda n: f"cannot delete group {n!r}", brokers)
+    raise_item_errors(_named_once(result.errors, str), lambda n: f"cannot delete group {n!r}",
+                      brokers)
 
 
 @group.command("delete-offsets", cls=OneLineCommand)
@@ -181,16 +188,16 @@ def delete_offsets(group_id: str, topic_specs: tuple[str, ...], brokers: str, ti
         topic, pids = _parse_topic_spec(spec)
         wanted.extend([topic] if pids is None else [TopicPartition(topic, p) for p in pids])
     what = f"cannot delete offsets of group {group_id!r}"
-    with admin_client(brokers, timeout_ms, what) as admin:
+    with admin_client(brokers, timeout_ms, what) as admin, _group_errors(what, group_id, brokers):
         result = admin.delete_group_offsets(group_id, wanted)
     rows = [{"topic": tp.topic, "partition": tp.partition, "status": "deleted"}
             for tp in result.values]
     if fmt == "json":
         echo_json(rows)
-    elif rows:
-        table(rows)
-    # Each error names the group and the partition already (Admin's message).
-    raise_item_errors(result.errors, lambda _: "cannot delete offsets", brokers)
+    elif rows or not result.errors:
+        table(rows)  # "(none)" when nothing was committed there, rather than silence
+    # Each error names the partition already (Admin's message).
+    raise_item_errors(_named_once(result.errors, lambda _: group_id), lambda _: what, brokers)
 
 
 _TO_OPTIONS = ("--to-earliest", "--to-latest", "--to-offset", "--to-datetime", "--shift-by")
@@ -228,7 +235,7 @@ def reset_offsets(group_id: str, topic_spec: str, to_earliest: bool, to_latest: 
     topic, wanted = _parse_topic_spec(topic_spec)
     at_ms = _parse_datetime(to_datetime) if to_datetime is not None else None
     what = f"cannot reset offsets of group {group_id!r}"
-    with admin_client(brokers, timeout_ms, what) as admin:
+    with admin_client(brokers, timeout_ms, what) as admin, _group_errors(what, group_id, brokers):
         _refuse_active_members(admin, group_id, what)
         tps = _partitions_of(admin, topic, wanted, what, brokers)
         earliest = admin.list_offsets(dict.fromkeys(tps, EARLIEST))
@@ -263,6 +270,28 @@ def reset_offsets(group_id: str, topic_spec: str, to_earliest: bool, to_latest: 
                 "new": r["new_offset"]} for r in rows])
     if not execute:
         click.echo("dry run: nothing changed; --execute applies it", err=True)
+
+
+def _without_group_prefix(error: TidelogError, group_id: str) -> TidelogError:
+    """``error`` without the ``group 'G': `` its message starts with: the Admin names the group
+    for a library caller, but the CLI's line names it already in what failed."""
+    trimmed = copy.copy(error)
+    trimmed.message = error.message.removeprefix(f"group {group_id!r}: ")
+    return trimmed
+
+
+def _named_once(errors: Mapping[_K, TidelogError], group_of: Any) -> dict[_K, TidelogError]:
+    """Per-item errors, each without its group prefix (``group_of(key)`` is its group)."""
+    return {key: _without_group_prefix(e, group_of(key)) for key, e in errors.items()}
+
+
+@contextlib.contextmanager
+def _group_errors(what: str, group_id: str, brokers: str) -> Iterator[None]:
+    """A group-level error of the Admin as one line that names the group once."""
+    try:
+        yield
+    except TidelogError as e:
+        raise fail(what, _without_group_prefix(e, group_id), brokers) from None
 
 
 def _parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
