@@ -544,8 +544,9 @@ class GroupCoordinatorShard:
                 continue
             if group is not None and group.members:
                 result.error_code = error_code(NonEmptyGroupError.code)
-                result.error_message = (f"group {group_id} has {len(group.members)} members: "
-                                        f"they must leave first")
+                count = len(group.members)
+                result.error_message = (f"group {group_id} has {count} "
+                                        f"member{'' if count == 1 else 's'}: they must leave first")
                 continue
             self._append(records, [offset_commit_tombstone(group_id, t, p)
                                    for t, p in sorted(self.state.offsets.get(group_id, {}))])

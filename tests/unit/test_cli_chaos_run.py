@@ -37,6 +37,8 @@ def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     rows = json.loads(out)
     assert len(rows) >= 12
     assert {r["scenario"]: r["links"] for r in rows}["isolate-controller"] == "yes"
+    assert all(isinstance(r["min_duration_s"], (int, float)) for r in rows), \
+        "durations are numbers in JSON"
 
 
 @pytest.mark.parametrize(("args", "message"), [

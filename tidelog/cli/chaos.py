@@ -60,12 +60,12 @@ def list_cmd(fmt: str) -> None:
     from chaos.scenarios import SCENARIOS
 
     rows = [{"scenario": s.name, "links": "yes" if s.needs_links else "no",
-             "acks": s.acks_label, "min_duration_s": f"{s.min_duration_s:g}",
+             "acks": s.acks_label, "min_duration_s": s.min_duration_s,
              "description": s.description} for s in SCENARIOS.values()]
     if fmt == "json":
-        echo_json(rows)
+        echo_json(rows)  # min_duration_s a number here, 12 rather than 12.0 in the table
         return
-    table(rows)
+    table([{**r, "min_duration_s": f"{r['min_duration_s']:g}"} for r in rows])
     click.echo("\nlinks: the scenario cuts or slows links, so it needs a cluster the runner "
                "starts (not --cluster-dir)")
 
