@@ -387,6 +387,7 @@ def _apply_schedule(options: RunOptions, schedule: Schedule, env: _Env, ctx: Run
         for at_s, what, index in schedule.events():
             _wait_until(options, t0 + at_s, t0, schedule, writer, active)
             if what == "start":
+                targets.avoid = frozenset(t for f in active.values() for t in f.targets)
                 planned = schedule.faults[index]
                 rng = random.Random(schedule.seed * 1_000 + index)
 

@@ -64,6 +64,15 @@ class Targets:
         self.topic = topic
         self.group = group
         self.timeout_s = timeout_s
+        #: Nodes the active faults hit (set by the runner before each start). Lookups go
+        #: through the other brokers: a paused broker accepts connections but never answers,
+        #: so a lookup bootstrapped through it waits out request timeouts (seconds each).
+        self.avoid: frozenset[str] = frozenset()
+
+    def _bootstrap(self) -> str:
+        live = [f"{b.host}:{b.broker_port}" for b in self.cluster.brokers()
+                if b.name not in self.avoid]
+        return ",".join(live) if live else self.bootstrap
 
     def broker_name(self, broker_id: int) -> str:
         for spec in self.cluster.brokers():
@@ -99,7 +108,7 @@ class Targets:
         raise LookupError(f"cannot find {what} within {self.timeout_s:g} s: {error}")
 
     def _replica(self, target: str) -> str:
-        with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
+        with Admin(self._bootstrap(), request_timeout_ms=2_000) as admin:
             topic = admin.describe_topics([self.topic], include_offsets=False,
                                           timeout_ms=3_000).all()[self.topic]
         p0 = next(p for p in topic.partitions if p.partition == 0)
@@ -114,7 +123,7 @@ class Targets:
         return self.broker_name(followers[index - 1])
 
     def _coordinator(self) -> str:
-        with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
+        with Admin(self._bootstrap(), request_timeout_ms=2_000) as admin:
             groups = admin.list_groups(timeout_ms=3_000)
         if self.group not in groups:
             raise LookupError(f"group {self.group} is not listed yet")

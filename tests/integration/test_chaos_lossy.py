@@ -50,7 +50,7 @@ def test_an_unclean_election_after_lagging_followers_is_reported_as_lossy(
     outcome = run_scenario(RunOptions(scenario, seed=1, duration_s=scenario.min_duration_s,
                                       run_dir=tmp_path / "run"))
     lost = outcome.check.result("lost-write")
-    assert lost.count > 0, outcome.summary
+    assert lost.count > 0, "\n".join(outcome.summary)
     assert lost.forbidden_count == 0
     assert outcome.valid, outcome.summary
     assert not outcome.check.promise.durable
