@@ -37,6 +37,7 @@ from broker.group.coordinator import GroupCoordinatorConfig
 from broker.group.runtime import GroupCoordinatorRuntime
 from broker.handlers.groups import GroupHandlers
 from broker.metadata_listener import MetadataUpdate
+from broker.partition import Partition
 from broker.partition_writer import TopicIdPartition
 from tidelog.config import parse_config
 from tidelog.errors import InvalidConfigError
@@ -94,6 +95,30 @@ class Runtime:
             group_id=GROUP, topics=[pb.OffsetFetchRequest.Topic(name=TOPIC, partitions=[0])]))
         assert answer.error_code == ErrorCode.NONE, answer
         return int(answer.topics[0].partitions[0].committed_offset)
+
+
+async def replicated_coordinator(c: Cluster
+                                 ) -> tuple[Runtime, pb.ConsumerGroupHeartbeatResponse]:
+    """Brokers 1 and 2 started, the data topic and the offsets topic on both (1 leads), the
+    shard loaded on broker 1 and one member joined: the set-up of the tests where the
+    follower (broker 2) can be cut off so that acks=all waits."""
+    await c.start_all()
+    c.create_topic(TOPIC, [[1, 2]])
+    c.create_topic(OFFSETS_TOPIC, [[1, 2]])
+    coordinator = Runtime(c)
+    coordinator.publish(c.managers[1].image)
+    await coordinator.loaded()
+    member = await coordinator.join()
+    assert member.error_code == ErrorCode.NONE, member
+    return coordinator, member
+
+
+def offsets_partition(c: Cluster) -> Partition:
+    """Broker 1's replica of the offsets partition the tests' group lives in."""
+    partition = c.managers[1].partition(
+        c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id, 0)
+    assert partition is not None
+    return partition
 
 
 def test_load_write_replay_and_reload_after_a_failed_append(tmp_path: Path) -> None:
@@ -187,19 +212,10 @@ def test_writes_pipeline_and_reads_wait_for_what_they_saw_to_commit(tmp_path: Pa
     only once the appends it may have seen are committed, so it never shows a commit that
     could still fail."""
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        c.create_topic(TOPIC, [[1, 2]])
-        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
-        coordinator = Runtime(c)
-        coordinator.publish(c.managers[1].image)
-        await coordinator.loaded()
-        member = await coordinator.join()
-        assert member.error_code == ErrorCode.NONE, member
+        coordinator, member = await replicated_coordinator(c)
         assert (await coordinator.commit(member, 1)).topics[0].partitions[0].error_code == \
             ErrorCode.NONE
-        offsets = c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id
-        log = c.managers[1].partition(offsets, 0)
-        assert log is not None
+        log = offsets_partition(c)
         end = log.log.log_end_offset
 
         c.network.cut.add(2)  # the follower stops fetching: acks=all waits
@@ -232,17 +248,8 @@ def offsets_batches(c: Cluster, start: int) -> list[tuple[int, int]]:
 def test_concurrent_commits_are_one_batch_and_a_failed_append_fails_them_all(tmp_path: Path
                                                                              ) -> None:
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        c.create_topic(TOPIC, [[1, 2]])
-        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
-        coordinator = Runtime(c)
-        coordinator.publish(c.managers[1].image)
-        await coordinator.loaded()
-        member = await coordinator.join()
-        assert member.error_code == ErrorCode.NONE, member
-        log = c.managers[1].partition(
-            c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id, 0)
-        assert log is not None
+        coordinator, member = await replicated_coordinator(c)
+        log = offsets_partition(c)
         end = log.log.log_end_offset
 
         answers = await asyncio.wait_for(asyncio.gather(
@@ -270,17 +277,8 @@ def test_writes_made_while_a_batch_waits_for_its_acks_gather_into_the_next(tmp_p
     """The adaptive linger: while a batch waits for its follower, later commits (arriving
     one at a time) gather in the open batch and go out as one when the first is committed."""
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        c.create_topic(TOPIC, [[1, 2]])
-        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
-        coordinator = Runtime(c)
-        coordinator.publish(c.managers[1].image)
-        await coordinator.loaded()
-        member = await coordinator.join()
-        assert member.error_code == ErrorCode.NONE, member
-        log = c.managers[1].partition(
-            c.managers[1].image.topics.by_name[OFFSETS_TOPIC].topic_id, 0)
-        assert log is not None
+        coordinator, member = await replicated_coordinator(c)
+        log = offsets_partition(c)
         end = log.log.log_end_offset
 
         c.network.cut.add(2)  # the follower stops fetching: the first batch waits
@@ -304,14 +302,7 @@ def test_a_write_without_records_answers_once_what_it_saw_is_committed(tmp_path:
     and assignment) may rest on a commit still waiting for its follower: it waits for it, as
     Kafka's runtime answers an empty write once the last written offset is committed."""
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        c.create_topic(TOPIC, [[1, 2]])
-        c.create_topic(OFFSETS_TOPIC, [[1, 2]])
-        coordinator = Runtime(c)
-        coordinator.publish(c.managers[1].image)
-        await coordinator.loaded()
-        member = await coordinator.join()
-        assert member.error_code == ErrorCode.NONE, member
+        coordinator, member = await replicated_coordinator(c)
         heartbeat = pb.ConsumerGroupHeartbeatRequest(
             group_id=GROUP, member_id=member.member_id, member_epoch=member.member_epoch)
         assert (await coordinator.handlers.consumer_group_heartbeat(heartbeat)).error_code \
