@@ -665,18 +665,6 @@ def _seen(context: _ShardContext) -> list[BatchDone]:
     return [context.tail] if context.tail is not None and not context.tail.done() else []
 
 
-def _batches(records: list[GroupRecord]) -> Iterator[bytes]:
-    """One write's records as the batches the runtime appends (at most WRITE_BATCH_BYTES
-    each, framing counted, in order): only a write larger than one batch is split, and then it
-    is not atomic: see docs/decisions.md (bulk tombstones, for which any prefix is a
-    consistent state)."""
-    accumulator = AppendAccumulator(WRITE_BATCH_BYTES)
-    _, closed = accumulator.add(sized(records))
-    last = accumulator.drain()
-    for batch in [*closed, *([last] if last is not None else [])]:
-        yield build_batch(batch.records, now_ms=_wall_ms(), max_bytes=limits.MESSAGE_BYTES_MAX)
-
-
 def _coordinator_error(error: TidelogError) -> TidelogError:
     """What a client is told when the coordinator's write failed (Kafka's mapping)."""
     if error.code in _NOT_COORDINATOR_CODES:
