@@ -1,0 +1,179 @@
+"""The source's and sink's I/O against a Tidelog cluster, through the public client.
+
+What the planner needs from the cluster (each partition's log start offset and high watermark,
+the offsets for timestamps) is asked of the partitions' leaders with ``Admin`` on the driver;
+what a Spark task reads (one offset range) or writes (its rows) goes through a ``Consumer`` or
+an idempotent ``Producer`` that the task opens and closes itself (a reader must be stateless:
+nothing with a thread or a socket is pickled to a worker). Every client retries leader changes
+as it does for any application, so a broker killed during a read or a write is survived as long
+as the partition gets a new leader within the client's timeouts. No pyspark here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
+
+import pyarrow as pa
+
+from tidelog.client import Admin, Consumer, Producer, RecordMetadata
+from tidelog.client import TopicPartition as ClientTopicPartition
+from tidelog.client.consumer import NoOffsetForPartitionError
+from tidelog.errors import TidelogError
+from tidelog.spark.arrow import records_to_arrow, sink_records
+from tidelog.spark.offsets import EARLIEST, LATEST, TopicPartition
+from tidelog.spark.options import SinkOptions, SourceOptions
+from tidelog.spark.planner import (
+    PartitionInfo,
+    SparkDataLossError,
+    resolve_partitions,
+)
+from tidelog.spark.ranges import InputRange
+
+__all__ = ["look_up_partitions", "look_up_timestamps", "read_range", "write_batches"]
+
+log = logging.getLogger("tidelog.spark")
+T = TypeVar("T")
+#: Records per poll and per Arrow batch a reader hands Spark: large enough that the per-batch
+#: costs vanish, small enough that a batch stays a few MiB with 100-byte values.
+READ_CHUNK_RECORDS = 10_000
+#: One poll's wait; a read gives up after ``kafkaConsumer.pollTimeoutMs`` without progress.
+POLL_WAIT_MS = 500
+#: How long a driver-side lookup waits for the partitions' leaders.
+LOOKUP_TIMEOUT_MS = 30_000
+#: Records a writer sends between two checks of delivery failures.
+WRITE_CHUNK_RECORDS = 10_000
+
+
+def look_up_partitions(admin: Admin, options: SourceOptions) -> dict[TopicPartition, PartitionInfo]:
+    """Each partition the subscription reads that exists now, with its log start offset and
+    high watermark (ListOffsets at its leader, retried as ``fetchOffset.numRetries`` says)."""
+    def ask() -> dict[TopicPartition, PartitionInfo]:
+        listings = admin.list_topics(timeout_ms=LOOKUP_TIMEOUT_MS)
+        counts = {name: t.num_partitions for name, t in listings.items()}
+        wanted = [tp for tp in resolve_partitions(options.subscription, counts)
+                  if tp.topic in counts and tp.partition < counts[tp.topic]]
+        if not wanted:
+            return {}
+        start = admin.list_offsets({ClientTopicPartition(*tp): EARLIEST for tp in wanted},
+                                   timeout_ms=LOOKUP_TIMEOUT_MS)
+        end = admin.list_offsets({ClientTopicPartition(*tp): LATEST for tp in wanted},
+                                 timeout_ms=LOOKUP_TIMEOUT_MS)
+        return {tp: PartitionInfo(start[ClientTopicPartition(*tp)],
+                                  end[ClientTopicPartition(*tp)]) for tp in wanted}
+    return _retrying(ask, options)
+
+
+def look_up_timestamps(admin: Admin, options: SourceOptions, lookups: Mapping[TopicPartition, int]
+                       ) -> dict[TopicPartition, int | None]:
+    """The first offset at or after each timestamp (None where no record is that late)."""
+    if not lookups:
+        return {}
+
+    def ask() -> dict[TopicPartition, int | None]:
+        found = admin.list_offsets({ClientTopicPartition(*tp): ts for tp, ts in lookups.items()},
+                                   timeout_ms=LOOKUP_TIMEOUT_MS)
+        return {TopicPartition(*tp): (None if offset < 0 else offset)
+                for tp, offset in found.items()}
+    return _retrying(ask, options)
+
+
+def _retrying(ask: Callable[[], T], options: SourceOptions) -> T:
+    """Spark's fetchOffset.numRetries and fetchOffset.retryIntervalMs around a driver lookup."""
+    attempt = 0
+    # Bounded: at most numRetries + 1 attempts, each bounded by LOOKUP_TIMEOUT_MS.
+    while True:
+        try:
+            return ask()
+        except TidelogError as error:
+            attempt += 1
+            if not error.retriable or attempt > options.fetch_offset_num_retries:
+                raise
+            log.warning("offset lookup failed (%s), retrying (%d of %d)", error, attempt,
+                        options.fetch_offset_num_retries)
+            time.sleep(options.fetch_offset_retry_interval_ms / 1000)
+
+
+def read_range(piece: InputRange, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """The records ``from_offset`` ≤ offset < ``until_offset`` of one partition, as Arrow
+    batches. Offsets a compacted log no longer has are skipped (they are not data loss); a range
+    whose start retention removed is data loss (``failOnDataLoss``); no progress for
+    ``kafkaConsumer.pollTimeoutMs`` fails the task with a timeout naming the partition."""
+    tp = ClientTopicPartition(piece.topic, piece.partition)
+    consumer = Consumer(options.bootstrap_servers, client_id="tidelog-spark-source",
+                        auto_offset_reset="none" if options.fail_on_data_loss else "earliest",
+                        max_poll_records=READ_CHUNK_RECORDS, fetch_max_wait_ms=POLL_WAIT_MS)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, piece.from_offset)
+        yield from _read_assigned(consumer, tp, piece, options)
+    finally:
+        consumer.close()
+
+
+def _read_assigned(consumer: Consumer, tp: ClientTopicPartition, piece: InputRange,
+                   options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    position = piece.from_offset
+    progress_at = time.monotonic()
+    # Bounded: each poll waits at most POLL_WAIT_MS, and the loop ends at until_offset or after
+    # pollTimeoutMs without progress.
+    while position < piece.until_offset:
+        try:
+            records = consumer.poll(timeout_ms=POLL_WAIT_MS)
+        except NoOffsetForPartitionError as error:
+            raise SparkDataLossError((TopicPartition(*tp),), f"{tp.topic}-{tp.partition}: "
+                                     f"offset {position} is no longer in the log ({error})"
+                                     ) from None
+        if records and records[0].offset > position and not options.fail_on_data_loss \
+                and position == piece.from_offset:
+            log.warning("%s-%d: offsets %d to %d were removed before they were read. Some "
+                        "data may have been missed", tp.topic, tp.partition, position,
+                        records[0].offset - 1)
+        wanted = [r for r in records if r.offset < piece.until_offset]
+        if wanted:
+            yield records_to_arrow(wanted, topic=tp.topic, partition=tp.partition,
+                                   include_headers=options.include_headers)
+        new_position = consumer.position(tp)
+        if new_position != position:
+            position, progress_at = new_position, time.monotonic()
+        elif (time.monotonic() - progress_at) * 1000 > options.poll_timeout_ms:
+            raise TimeoutError(f"Cannot fetch records in [{position}, {piece.until_offset}) of "
+                               f"{tp.topic}-{tp.partition} after polling for "
+                               f"{options.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
+
+
+def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> int:
+    """Produce every row of ``batches`` with an idempotent producer at acks=all; the number of
+    records written. The first delivery failure is raised (Tidelog's typed error, with a note
+    naming the record), after the producer has flushed what it had: a task that fails may have
+    written some of its rows (at-least-once, as Spark's Kafka sink)."""
+    # Delivery callbacks run on the client's I/O thread; the first failure is kept.
+    failures: list[BaseException] = []
+
+    def on_delivery(_: RecordMetadata | None, error: BaseException | None) -> None:
+        if error is not None and not failures:
+            failures.append(error)
+
+    written = 0
+    with Producer(options.bootstrap_servers, client_id="tidelog-spark-sink", acks="all",
+                  enable_idempotence=True) as producer:
+        for batch in batches:
+            for record in sink_records(batch, topic_option=options.topic):
+                producer.send(record.topic, record.value, record.key,
+                              partition=record.partition, headers=record.headers or None,
+                              on_delivery=on_delivery)
+                written += 1
+                if failures:
+                    break
+            if failures:
+                break
+        producer.flush()
+    if failures:
+        error = failures[0]
+        error.add_note(f"Tidelog sink: writing a record failed after {written} records were "
+                       f"queued by this task; the task fails and Spark may retry it "
+                       f"(at-least-once)")
+        raise error
+    return written
