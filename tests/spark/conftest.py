@@ -22,9 +22,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from cluster_harness import ClusterHarness  # noqa: E402
+from cluster_harness import ClusterHarness
 
-from tidelog.client import Admin, NewTopic, Producer, TopicPartition  # noqa: E402
+from tidelog.client import Admin, NewTopic, Producer, TopicPartition
 
 FAST = {"controller": {"broker_session_timeout_ms": 3_000, "fence_check_interval_ms": 100},
         "broker": {"log_retention_check_interval_ms": 200}}
@@ -92,7 +92,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) ->
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - not ready yet: a retriable lookup failure
+        except Exception:
             pass
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
