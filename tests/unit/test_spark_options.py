@@ -130,6 +130,14 @@ def test_the_sink_options() -> None:
     assert parse_sink_options({"bootstrap.servers": "a:1"}).topic is None
 
 
+def test_options_spark_sets_for_every_data_source_are_not_the_sources() -> None:
+    # A streaming query hands its sink (and a save its writer) these with the user's options.
+    sink = parse_sink_options({"bootstrap.servers": "a:1", "topic": "t",
+                               "checkpointLocation": "/tmp/c", "path": "/tmp/p"})
+    assert sink.topic == "t"
+    assert parse_source_options(source(checkpointLocation="/c"), streaming=True).bootstrap_servers
+
+
 BAD_SOURCE: list[tuple[dict[str, str], bool, str, str]] = [
     # (options, streaming, the option named, words of the message)
     ({"subscribe": "t"}, False, "bootstrap.servers",

@@ -60,6 +60,9 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
 )}
 #: The sink's options as documented.
 SINK_OPTIONS = {name.lower(): name for name in ("bootstrap.servers", "topic", "includeHeaders")}
+#: Options Spark hands every data source from the query itself (a streaming query's checkpoint
+#: location, a save path): not the source's or sink's to check.
+SPARK_ENGINE_OPTIONS = frozenset({"checkpointlocation", "path"})
 #: Spark options that Tidelog leaves out on purpose, and why (said in the error).
 NOT_SUPPORTED = {
     "groupidprefix": "Tidelog's source uses no consumer group: a query's offsets live in "
@@ -228,11 +231,14 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
 
 def _case_insensitive(options: Mapping[str, str], known: Mapping[str, str],
                       kind: str) -> dict[str, str]:
-    """Lower-case keys; an unknown key, or one key given twice with two values, is an error."""
+    """Lower-case keys; an unknown key, or one key given twice with two values, is an error.
+    Options that Spark itself sets for every data source are dropped."""
     params: dict[str, str] = {}
     spelled: dict[str, str] = {}
     for name, value in options.items():
         key = name.lower()
+        if key in SPARK_ENGINE_OPTIONS:
+            continue
         if key not in known:
             raise SparkOptionError(name, _unknown_option_message(name, known, kind))
         if not isinstance(value, str):
