@@ -13,7 +13,7 @@ messages are Spark's Kafka sink's. No I/O, no pyspark.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +25,12 @@ __all__ = [
     "SINK_COLUMNS",
     "SOURCE_SCHEMA_DDL",
     "SinkColumns",
-    "SinkRecord",
+    "SinkGroup",
     "SparkSchemaError",
     "arrow_schema",
     "check_sink_schema",
     "records_to_arrow",
-    "sink_records",
+    "sink_groups",
     "source_schema_ddl",
 ]
 
@@ -130,38 +130,50 @@ def check_sink_schema(fields: Sequence[tuple[str, str]], *, topic_option: str | 
 
 
 @dataclass(frozen=True, slots=True)
-class SinkRecord:
-    """One record to produce, from one row."""
+class SinkGroup:
+    """The rows of one Arrow batch that go to one topic and partition (``None``: the producer's
+    partitioner picks per key), in row order: what one ``send_many`` can take when there are no
+    headers. ``headers`` is None when the DataFrame has no headers column, else one tuple of
+    (key, value) pairs per row."""
 
     topic: str
-    value: bytes | None
-    key: bytes | None
     partition: int | None
-    headers: tuple[tuple[str, bytes | None], ...]
+    values: list[bytes | None]
+    keys: list[bytes | None] | None
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None
 
 
-def sink_records(batch: pa.RecordBatch, *, topic_option: str | None) -> Iterator[SinkRecord]:
-    """The records of one Arrow batch written to the sink. The ``topic`` option wins over a
-    ``topic`` column (Spark's sink); a row whose topic is null fails with Spark's message."""
+def sink_groups(batch: pa.RecordBatch, *, topic_option: str | None) -> list[SinkGroup]:
+    """The records of one Arrow batch written to the sink, grouped by topic and partition. The
+    ``topic`` option wins over a ``topic`` column (Spark's sink); a row whose topic is null
+    fails with Spark's message. Rows of one group keep their order (a key's records stay in
+    order in its partition)."""
     names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
     count = batch.num_rows
     values = _bytes_column(batch, names.get("value"), count)
-    keys = _bytes_column(batch, names.get("key"), count)
-    if topic_option is not None:
-        topics: list[Any] = [topic_option] * count
-    else:
-        topics = batch.column(names["topic"]).to_pylist()
-    partitions = (batch.column(names["partition"]).to_pylist() if "partition" in names
-                  else [None] * count)
-    headers = (batch.column(names["headers"]).to_pylist() if "headers" in names
-               else [None] * count)
-    for topic, value, key, partition, row_headers in zip(topics, values, keys, partitions,
-                                                         headers, strict=True):
+    keys = _bytes_column(batch, names["key"], count) if "key" in names else None
+    headers = None
+    if "headers" in names:
+        headers = [tuple((h["key"], h["value"]) for h in row or ())
+                   for row in batch.column(names["headers"]).to_pylist()]
+    topics: list[Any] | None = None if topic_option is not None else \
+        batch.column(names["topic"]).to_pylist()
+    partitions = batch.column(names["partition"]).to_pylist() if "partition" in names else None
+    if topics is None and partitions is None:
+        # The common case, one topic and the partitioner: the batch is one group as it is.
+        assert topic_option is not None
+        return [SinkGroup(topic_option, None, values, keys, headers)]
+    rows: dict[tuple[str, int | None], list[int]] = {}
+    for i in range(count):
+        topic = topic_option if topics is None else topics[i]
         if topic is None:
             raise SparkSchemaError("topic", "null topic present in the data. Use the topic "
                                    "option for setting a topic.")
-        yield SinkRecord(topic, value, key, partition,
-                         tuple((h["key"], h["value"]) for h in row_headers or ()))
+        rows.setdefault((topic, None if partitions is None else partitions[i]), []).append(i)
+    return [SinkGroup(topic, partition, [values[i] for i in index],
+                      None if keys is None else [keys[i] for i in index],
+                      None if headers is None else [headers[i] for i in index])
+            for (topic, partition), index in rows.items()]
 
 
 def _bytes_column(batch: pa.RecordBatch, index: int | None, count: int) -> list[bytes | None]:

@@ -11,6 +11,7 @@ as the partition gets a new leader within the client's timeouts. No pyspark here
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -18,11 +19,12 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from tidelog.client import Admin, Consumer, Producer, RecordMetadata
+from tidelog.client import Admin, Consumer, Producer
 from tidelog.client import TopicPartition as ClientTopicPartition
+from tidelog.client._sender import FutureRecordMetadata
 from tidelog.client.consumer import NoOffsetForPartitionError
 from tidelog.errors import TidelogError
-from tidelog.spark.arrow import records_to_arrow, sink_records
+from tidelog.spark.arrow import SinkGroup, records_to_arrow, sink_groups
 from tidelog.spark.offsets import EARLIEST, LATEST, TopicPartition
 from tidelog.spark.options import SinkOptions, SourceOptions
 from tidelog.spark.planner import (
@@ -43,8 +45,6 @@ READ_CHUNK_RECORDS = 10_000
 POLL_WAIT_MS = 500
 #: How long a driver-side lookup waits for the partitions' leaders.
 LOOKUP_TIMEOUT_MS = 30_000
-#: Records a writer sends between two checks of delivery failures.
-WRITE_CHUNK_RECORDS = 10_000
 
 
 def look_up_partitions(admin: Admin, options: SourceOptions) -> dict[TopicPartition, PartitionInfo]:
@@ -147,33 +147,41 @@ def _read_assigned(consumer: Consumer, tp: ClientTopicPartition, piece: InputRan
 def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> int:
     """Produce every row of ``batches`` with an idempotent producer at acks=all; the number of
     records written. The first delivery failure is raised (Tidelog's typed error, with a note
-    naming the record), after the producer has flushed what it had: a task that fails may have
-    written some of its rows (at-least-once, as Spark's Kafka sink)."""
-    # Delivery callbacks run on the client's I/O thread; the first failure is kept.
-    failures: list[BaseException] = []
-
-    def on_delivery(_: RecordMetadata | None, error: BaseException | None) -> None:
-        if error is not None and not failures:
-            failures.append(error)
-
+    saying how far the task got), once the producer has flushed what it had: a task that fails
+    may have written some of its rows (at-least-once, as Spark's Kafka sink)."""
+    # The records not known to be delivered yet, oldest first; checked after each Arrow batch
+    # (those done are dropped), so the deque holds about what the producer has in flight.
+    pending: collections.deque[FutureRecordMetadata] = collections.deque()
     written = 0
     with Producer(options.bootstrap_servers, client_id="tidelog-spark-sink", acks="all",
                   enable_idempotence=True) as producer:
         for batch in batches:
-            for record in sink_records(batch, topic_option=options.topic):
-                producer.send(record.topic, record.value, record.key,
-                              partition=record.partition, headers=record.headers or None,
-                              on_delivery=on_delivery)
-                written += 1
-                if failures:
-                    break
-            if failures:
-                break
+            for group in sink_groups(batch, topic_option=options.topic):
+                pending.extend(_send_group(producer, group))
+                written += len(group.values)
+            _raise_first_failure(pending, written, done_only=True)
         producer.flush()
-    if failures:
-        error = failures[0]
-        error.add_note(f"Tidelog sink: writing a record failed after {written} records were "
-                       f"queued by this task; the task fails and Spark may retry it "
-                       f"(at-least-once)")
-        raise error
+        _raise_first_failure(pending, written, done_only=False)
     return written
+
+
+def _send_group(producer: Producer, group: SinkGroup) -> list[FutureRecordMetadata]:
+    if group.headers is None:
+        return producer.send_many(group.topic, group.values, keys=group.keys,
+                                  partition=group.partition)
+    keys = group.keys if group.keys is not None else [None] * len(group.values)
+    return [producer.send(group.topic, value, key, partition=group.partition,
+                          headers=headers or None)
+            for value, key, headers in zip(group.values, keys, group.headers, strict=True)]
+
+
+def _raise_first_failure(pending: collections.deque[FutureRecordMetadata], written: int, *,
+                         done_only: bool) -> None:
+    # Bounded by the deque's length; after a flush every future is done.
+    while pending and (not done_only or pending[0].done()):
+        error = pending.popleft().exception(0)
+        if error is not None:
+            error.add_note(f"Tidelog sink: writing a record failed after {written} records "
+                           f"were queued by this task; the task fails and Spark may retry it "
+                           f"(at-least-once)")
+            raise error
