@@ -51,17 +51,32 @@ def leader_killer(cluster: ClusterHarness, admin: Admin) -> Iterator[Callable[[s
              timeout_s=60)
 
 
-def in_background(action: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    result: list[Any] = []
+class KillWhen(threading.Thread):
+    """Kills the leader of ``topic``'s partition 0 once ``ready()`` holds (polled, at most
+    60 s), while the test thread runs the Spark action (Spark actions stay on the thread that
+    owns the session). ``killed_at`` is the monotonic time of the kill."""
 
-    def run() -> None:
+    def __init__(self, kill: Callable[[str], str], topic: str, ready: Callable[[], bool]) -> None:
+        super().__init__(daemon=True)
+        self.kill, self.topic, self.ready = kill, topic, ready
+        self.killed_at: float | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
         try:
-            result.append(action())
-        except BaseException as error:  # noqa: BLE001 - handed to the test thread
-            result.append(error)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
+            wait_for(self.ready, "the Spark action to be under way", timeout_s=60)
+            self.kill(self.topic)
+            self.killed_at = time.monotonic()
+        except BaseException as error:
+            self.error = error
+
+
+def finished_after_the_kill(killer: KillWhen) -> None:
+    ended = time.monotonic()
+    killer.join(60)
+    assert killer.error is None, killer.error
+    assert killer.killed_at is not None and killer.killed_at < ended, \
+        "the action finished before the broker was killed: make it larger"
 
 
 def test_batch_read_survives_a_killed_leader(
@@ -71,14 +86,11 @@ def test_batch_read_survives_a_killed_leader(
     produce(topic, [(None, f"{i}".encode(), i % 2, None, None) for i in range(RECORDS)])
     df = (spark.read.format("tidelog").option("bootstrap.servers", bootstrap)
           .option("subscribe", topic).option("maxRecordsPerPartition", "500").load())
-    thread, result = in_background(lambda: [r.value for r in df.select("value").collect()])
-    time.sleep(2.0)
-    assert thread.is_alive(), "the read finished before the broker was killed: make it larger"
-    leader_killer(topic)
-    thread.join(180)
-    assert not thread.is_alive(), "the read did not finish within 180 s of the kill"
-    values = result[0]
-    assert not isinstance(values, BaseException), values
+    started = time.monotonic()
+    killer = KillWhen(leader_killer, topic, lambda: time.monotonic() - started > 2.0)
+    killer.start()
+    values = [r.value for r in df.select("value").collect()]
+    finished_after_the_kill(killer)
     assert sorted(int(v) for v in values) == list(range(RECORDS))
 
 
@@ -89,17 +101,13 @@ def test_batch_write_survives_a_killed_leader(
     rows = 400_000
     df = spark.range(rows, numPartitions=2).selectExpr(
         "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
-    write = (df.write.format("tidelog").option("bootstrap.servers", bootstrap)
-             .option("topic", topic).mode("append"))
-    thread, result = in_background(write.save)
     written = {TopicPartition(topic, p): -1 for p in (0, 1)}
-    wait_for(lambda: not thread.is_alive() or sum(admin.list_offsets(written).values()) > 20_000,
-             "the write to begin", timeout_s=120)
-    assert thread.is_alive(), f"the write finished before the broker was killed: {result}"
-    leader_killer(topic)
-    thread.join(180)
-    assert not thread.is_alive(), "the write did not finish within 180 s of the kill"
-    assert result == [None], result
+    killer = KillWhen(leader_killer, topic,
+                      lambda: sum(admin.list_offsets(written).values()) > 20_000)
+    killer.start()
+    (df.write.format("tidelog").option("bootstrap.servers", bootstrap)
+     .option("topic", topic).mode("append").save())
+    finished_after_the_kill(killer)
     got = [r.value for r in spark.read.format("tidelog").option("bootstrap.servers", bootstrap)
            .option("subscribe", topic).load().select("value").collect()]
     assert sorted(int(v) for v in got) == list(range(rows))
