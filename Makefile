@@ -19,7 +19,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py \
 	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns
 
-.PHONY: chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
+.PHONY: pipeline bench-spark chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
 venv: $(STAMP)
 
@@ -78,6 +78,11 @@ bench-produce-consume: $(STAMP)
 bench-groups: $(STAMP)
 	$(PY) -m bench.groups
 
+# The Spark source and sink: 1,000,000 100-byte records read through the source (local[2]) next
+# to the Python Consumer, and written through the sink.
+bench-spark: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) SPARK_LOCAL_IP=127.0.0.1 $(PY) -m bench.spark
+
 # Every chaos scenario once (tidelog chaos run, 20 s of workload each, its own cluster each;
 # 380 s in all measured on 2 cores): a table of figures, runs under chaos-runs/suite-<time>/
 chaos: $(STAMP)
@@ -87,6 +92,12 @@ bench: bench-storage bench-controller bench-produce-consume
 
 run: $(STAMP)
 	$(PY) -m tidelog.demo
+
+# A Structured Streaming job on the make-run cluster (started here when it is not running):
+# page views in, windowed counts per page out to a compacted topic, then a restart from the
+# checkpoint. Spark's Python workers need the venv's python (pyarrow, tidelog).
+pipeline: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) SPARK_LOCAL_IP=127.0.0.1 $(PY) -m tidelog.spark.pipeline
 
 stop: $(STAMP)
 	$(PY) -m tidelog.cli cluster down --dir .tidelog/run

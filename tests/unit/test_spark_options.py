@@ -133,7 +133,8 @@ def test_the_sink_options() -> None:
 def test_options_spark_sets_for_every_data_source_are_not_the_sources() -> None:
     # A streaming query hands its sink (and a save its writer) these with the user's options.
     sink = parse_sink_options({"bootstrap.servers": "a:1", "topic": "t",
-                               "checkpointLocation": "/tmp/c", "path": "/tmp/p"})
+                               "checkpointLocation": "/tmp/c", "path": "/tmp/p",
+                               "queryName": "q"})
     assert sink.topic == "t"
     assert parse_source_options(source(checkpointLocation="/c"), streaming=True).bootstrap_servers
 

@@ -61,8 +61,8 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
 #: The sink's options as documented.
 SINK_OPTIONS = {name.lower(): name for name in ("bootstrap.servers", "topic", "includeHeaders")}
 #: Options Spark hands every data source from the query itself (a streaming query's checkpoint
-#: location, a save path): not the source's or sink's to check.
-SPARK_ENGINE_OPTIONS = frozenset({"checkpointlocation", "path"})
+#: location and name, a save path): not the source's or sink's to check.
+SPARK_ENGINE_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
 #: Spark options that Tidelog leaves out on purpose, and why (said in the error).
 NOT_SUPPORTED = {
     "groupidprefix": "Tidelog's source uses no consumer group: a query's offsets live in "

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidelog import Admin, NewTopic, Producer
+from tidelog import Admin, NewTopic, Producer, TidelogError
 from tidelog.local_cluster import LocalCluster
 
 RUN_DIR = Path(".tidelog/run")  # the cluster `make run` starts and `make stop` stops
@@ -68,10 +68,14 @@ def start_or_reuse_cluster() -> str:
 
 def wait_until(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
-    while not check():
-        if time.monotonic() > deadline:
-            sys.exit(f"timed out after {WAIT_S:.0f}s waiting for {what}")
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except TidelogError:
+            pass  # e.g. a broker that has not learned of a new topic yet: ask again
         time.sleep(0.2)
+    sys.exit(f"FAILED: timed out after {WAIT_S:.0f}s waiting for {what}")
 
 
 def reset_topics(bootstrap: str) -> None:
