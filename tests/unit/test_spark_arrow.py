@@ -113,3 +113,12 @@ def test_a_null_topic_is_refused() -> None:
     batch = pa.RecordBatch.from_pydict({"topic": ["a", None], "value": [b"1", b"2"]})
     with pytest.raises(SparkSchemaError, match="null topic present in the data"):
         sink_groups(batch, topic_option=None)
+
+
+def test_offsets_with_gaps_and_empty_batches() -> None:
+    # A compacted log's records have gaps between offsets; each keeps its own.
+    gappy = [Record(b"k", b"v", 3, 1_000, 0), Record(b"k", b"w", 9, 2_000, 0)]
+    batch = records_to_arrow(gappy, topic="t", partition=0, include_headers=False)
+    assert batch.column("offset").to_pylist() == [3, 9]
+    empty = records_to_arrow([], topic="t", partition=0, include_headers=True)
+    assert empty.num_rows == 0 and empty.schema == arrow_schema(True)

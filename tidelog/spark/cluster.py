@@ -12,6 +12,8 @@ as the partition gets a new leader within the client's timeouts. No pyspark here
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -19,12 +21,13 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from tidelog.client import Admin, Consumer, Producer
+from tidelog.client import Admin, Consumer, ConsumerRecord, Producer
 from tidelog.client import TopicPartition as ClientTopicPartition
 from tidelog.client._sender import FutureRecordMetadata
 from tidelog.client.consumer import NoOffsetForPartitionError
 from tidelog.errors import TidelogError
 from tidelog.spark.arrow import SinkGroup, records_to_arrow, sink_groups
+from tidelog.spark.keyhash import partitions_for_keys
 from tidelog.spark.offsets import EARLIEST, LATEST, TopicPartition
 from tidelog.spark.options import SinkOptions, SourceOptions
 from tidelog.spark.planner import (
@@ -38,13 +41,35 @@ __all__ = ["look_up_partitions", "look_up_timestamps", "read_range", "write_batc
 
 log = logging.getLogger("tidelog.spark")
 T = TypeVar("T")
-#: Records per poll and per Arrow batch a reader hands Spark: large enough that the per-batch
-#: costs vanish, small enough that a batch stays a few MiB with 100-byte values.
+#: Records per Arrow batch a reader hands Spark: large enough that the per-batch costs vanish,
+#: small enough that a batch stays a few MiB with 100-byte values. Polls keep the Consumer's
+#: default max_poll_records (500): at 10,000 a poll cost 1.4x as much CPU per record
+#: (bench.spark, the labelled Consumer figure).
 READ_CHUNK_RECORDS = 10_000
 #: One poll's wait; a read gives up after ``kafkaConsumer.pollTimeoutMs`` without progress.
 POLL_WAIT_MS = 500
 #: How long a driver-side lookup waits for the partitions' leaders.
 LOOKUP_TIMEOUT_MS = 30_000
+#: The sink's producer batches: Spark writes in bulk, and at the client's 16 KiB default a
+#: batch holds ~100 of 100-byte rows, so per-batch costs (a request, the brokers' append and
+#: replication) dominate; at 256 KiB they halved the brokers' CPU per row and doubled an
+#: unkeyed write (bench.spark). Well below max.message.bytes (1 MiB).
+SINK_BATCH_BYTES = 256 * 1024
+
+
+@contextlib.contextmanager
+def _without_cyclic_gc() -> Iterator[None]:
+    """A Spark task builds and drops several objects per record, none in a reference cycle
+    (reference counting frees them all); the cyclic collector's passes over them cost about a
+    third of a read's CPU (bench.spark). The task's worker process is Spark's, used by one task
+    at a time, so the collector is off for the task and back on after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def look_up_partitions(admin: Admin, options: SourceOptions) -> dict[TopicPartition, PartitionInfo]:
@@ -104,11 +129,12 @@ def read_range(piece: InputRange, options: SourceOptions) -> Iterator[pa.RecordB
     tp = ClientTopicPartition(piece.topic, piece.partition)
     consumer = Consumer(options.bootstrap_servers, client_id="tidelog-spark-source",
                         auto_offset_reset="none" if options.fail_on_data_loss else "earliest",
-                        max_poll_records=READ_CHUNK_RECORDS, fetch_max_wait_ms=POLL_WAIT_MS)
+                        fetch_max_wait_ms=POLL_WAIT_MS)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, piece.from_offset)
-        yield from _read_assigned(consumer, tp, piece, options)
+        with _without_cyclic_gc():
+            consumer.assign([tp])
+            consumer.seek(tp, piece.from_offset)
+            yield from _read_assigned(consumer, tp, piece, options)
     finally:
         consumer.close()
 
@@ -117,6 +143,7 @@ def _read_assigned(consumer: Consumer, tp: ClientTopicPartition, piece: InputRan
                    options: SourceOptions) -> Iterator[pa.RecordBatch]:
     position = piece.from_offset
     progress_at = time.monotonic()
+    chunk: list[ConsumerRecord] = []
     # Bounded: each poll waits at most POLL_WAIT_MS, and the loop ends at until_offset or after
     # pollTimeoutMs without progress.
     while position < piece.until_offset:
@@ -126,15 +153,15 @@ def _read_assigned(consumer: Consumer, tp: ClientTopicPartition, piece: InputRan
             raise SparkDataLossError((TopicPartition(*tp),), f"{tp.topic}-{tp.partition}: "
                                      f"offset {position} is no longer in the log ({error})"
                                      ) from None
-        if records and records[0].offset > position and not options.fail_on_data_loss \
-                and position == piece.from_offset:
-            log.warning("%s-%d: offsets %d to %d were removed before they were read. Some "
-                        "data may have been missed", tp.topic, tp.partition, position,
-                        records[0].offset - 1)
-        wanted = [r for r in records if r.offset < piece.until_offset]
-        if wanted:
-            yield records_to_arrow(wanted, topic=tp.topic, partition=tp.partition,
-                                   include_headers=options.include_headers)
+        if records:
+            if records[0].offset > position and position == piece.from_offset:
+                # Only with failOnDataLoss=false (auto_offset_reset="earliest"): "none" raises.
+                log.warning("%s-%d: offsets %d to %d were removed before they were read. Some "
+                            "data may have been missed", tp.topic, tp.partition, position,
+                            records[0].offset - 1)
+            if records[-1].offset >= piece.until_offset:
+                records = [r for r in records if r.offset < piece.until_offset]
+            chunk.extend(records)
         new_position = consumer.position(tp)
         if new_position != position:
             position, progress_at = new_position, time.monotonic()
@@ -142,6 +169,10 @@ def _read_assigned(consumer: Consumer, tp: ClientTopicPartition, piece: InputRan
             raise TimeoutError(f"Cannot fetch records in [{position}, {piece.until_offset}) of "
                                f"{tp.topic}-{tp.partition} after polling for "
                                f"{options.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
+        if chunk and (len(chunk) >= READ_CHUNK_RECORDS or position >= piece.until_offset):
+            yield records_to_arrow(chunk, topic=tp.topic, partition=tp.partition,
+                                   include_headers=options.include_headers)
+            chunk = []
 
 
 def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> int:
@@ -154,7 +185,8 @@ def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> in
     pending: collections.deque[FutureRecordMetadata] = collections.deque()
     written = 0
     with Producer(options.bootstrap_servers, client_id="tidelog-spark-sink", acks="all",
-                  enable_idempotence=True) as producer:
+                  enable_idempotence=True, batch_size=SINK_BATCH_BYTES) as producer, \
+            _without_cyclic_gc():
         for batch in batches:
             for group in sink_groups(batch, topic_option=options.topic):
                 pending.extend(_send_group(producer, group))
@@ -166,13 +198,27 @@ def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> in
 
 
 def _send_group(producer: Producer, group: SinkGroup) -> list[FutureRecordMetadata]:
-    if group.headers is None:
+    if group.headers is not None:
+        keys = group.keys if group.keys is not None else [None] * len(group.values)
+        return [producer.send(group.topic, value, key, partition=group.partition,
+                              headers=headers or None)
+                for value, key, headers in zip(group.values, keys, group.headers, strict=True)]
+    if group.partition is not None or group.keys is None:
         return producer.send_many(group.topic, group.values, keys=group.keys,
                                   partition=group.partition)
-    keys = group.keys if group.keys is not None else [None] * len(group.values)
-    return [producer.send(group.topic, value, key, partition=group.partition,
-                          headers=headers or None)
-            for value, key, headers in zip(group.values, keys, group.headers, strict=True)]
+    # Keyed rows: Kafka's partition of each key, hashed a column at a time (keyhash.py), then
+    # one send_many per partition; the producer would hash them one by one.
+    count = len(producer.partitions_for(group.topic))
+    split: dict[int | None, tuple[list[bytes | None], list[bytes | None]]] = {}
+    for partition, key, value in zip(partitions_for_keys(group.keys, count), group.keys,
+                                     group.values, strict=True):
+        keys, values = split.setdefault(partition, ([], []))
+        keys.append(key)
+        values.append(value)
+    futures: list[FutureRecordMetadata] = []
+    for partition, (keys, values) in split.items():
+        futures += producer.send_many(group.topic, values, keys=keys, partition=partition)
+    return futures
 
 
 def _raise_first_failure(pending: collections.deque[FutureRecordMetadata], written: int, *,
