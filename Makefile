@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) lint typecheck proto-check
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" --durations=25 tests
 
 # The long seeded Raft simulation sweeps (many seeds, long fault schedules; tens of minutes),
 # left out of make test.

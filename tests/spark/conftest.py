@@ -31,12 +31,38 @@ FAST = {"controller": {"broker_session_timeout_ms": 3_000, "fence_check_interval
 WAIT_S = 30.0
 
 
+#: What the session fixtures started, stopped as soon as the last Spark test has run (not at the
+#: end of the whole run: the unit tests after them should not share the cores with a cluster and
+#: a JVM). Each is also stopped by its fixture's teardown; stopping twice does nothing.
+_STOP_AFTER_SPARK_TESTS: list[Callable[[], None]] = []
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown has closed the module fixtures
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or Path(str(nextitem.path)).parent != Path(__file__).parent:
+        while _STOP_AFTER_SPARK_TESTS:
+            _STOP_AFTER_SPARK_TESTS.pop()()
+
+
+def _once(stop: Callable[[], None]) -> Callable[[], None]:
+    done: list[bool] = []
+
+    def run() -> None:
+        if not done:
+            done.append(True)
+            stop()
+    return run
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHarness]:
     base = tmp_path_factory.mktemp("spark-cluster") / "cluster"
     with ClusterHarness.started(base, controllers=1, brokers=3, overrides=FAST) as harness:
+        stop = _once(harness.close)
+        _STOP_AFTER_SPARK_TESTS.append(stop)
         harness.start_brokers()
         yield harness
+        stop()
 
 
 @pytest.fixture(scope="session")
@@ -59,21 +85,30 @@ def spark() -> Iterator[Any]:
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     register(session)
+    stop = _once(session.stop)
+    _STOP_AFTER_SPARK_TESTS.append(stop)
     yield session
-    session.stop()
+    stop()
 
 
-@pytest.fixture(scope="session")
+# The clients are per module, not per session: the client library's I/O thread is shared by the
+# process, and a unit test later in the run stops it on purpose (test_client_sender_failure);
+# a session-scoped client would then fail to close at the very end of the run.
+@pytest.fixture(scope="module")
 def admin(bootstrap: str) -> Iterator[Admin]:
     with Admin(bootstrap) as client:
         yield client
 
 
-@pytest.fixture(scope="session")
+#: Numbers the topics of the whole run, so that names never repeat across modules.
+_CREATED = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
 def new_topic(admin: Admin) -> Callable[..., str]:
     """Create a topic named ``<prefix>-<n>`` (RF 3, min.insync.replicas=2, n unique in the
     run) and wait until every partition has a leader; returns its name."""
-    created = itertools.count(1)
+    created = _CREATED
 
     def create(prefix: str, partitions: int = 2, **configs: str) -> str:
         name = f"{prefix}-{next(created)}"
@@ -98,7 +133,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) ->
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def produce(bootstrap: str) -> Iterator[Callable[..., list[Any]]]:
     """produce(topic, [(key, value, partition, headers, timestamp_ms)...]) → RecordMetadata
     list, acks=all, idempotent."""

@@ -29,7 +29,7 @@ from tidelog.client import Admin, TopicPartition
 pytestmark = pytest.mark.integration
 
 Produce = Callable[[str, list[tuple[Any, ...]]], list[Any]]
-RECORDS = 30_000
+RECORDS = 20_000
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def test_batch_read_survives_a_killed_leader(
     topic = new_topic("spark-failover-read")
     produce(topic, [(None, f"{i}".encode(), i % 2, None, None) for i in range(RECORDS)])
     df = (spark.read.format("tidelog").option("bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("maxRecordsPerPartition", "500").load())
+          .option("subscribe", topic).option("maxRecordsPerPartition", "400").load())
     started = time.monotonic()
     killer = KillWhen(leader_killer, topic, lambda: time.monotonic() - started > 2.0)
     killer.start()
@@ -98,7 +98,7 @@ def test_batch_write_survives_a_killed_leader(
         spark: Any, bootstrap: str, admin: Admin, new_topic: Callable[..., str],
         leader_killer: Callable[[str], str]) -> None:
     topic = new_topic("spark-failover-write")
-    rows = 400_000
+    rows = 200_000
     df = spark.range(rows, numPartitions=2).selectExpr(
         "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition")
     written = {TopicPartition(topic, p): -1 for p in (0, 1)}
