@@ -128,3 +128,19 @@ def test_a_null_topic_fails_the_task_with_sparks_message(spark: Any, bootstrap: 
     df = spark.createDataFrame([(None, "v")], "topic string, value string")
     with pytest.raises(Exception, match="null topic present in the data"):
         write(df, bootstrap)
+
+
+def test_save_modes_append_only(spark: Any, bootstrap: str,
+                                new_topic: Callable[..., str]) -> None:
+    topic = new_topic("spark-modes")
+    df = spark.createDataFrame([("v",)], "value string")
+    for _ in range(2):
+        write(df, bootstrap, topic=topic)
+    assert [r.value for r in read_back(spark, bootstrap, topic)] == [b"v", b"v"]
+    # Spark's default (errorifexists) is refused by Spark itself for Python data sources.
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("tidelog").option("bootstrap.servers", bootstrap) \
+            .option("topic", topic).save()
+    with pytest.raises(Exception, match="Save mode Overwrite not allowed for Tidelog"):
+        (df.write.format("tidelog").option("bootstrap.servers", bootstrap)
+         .option("topic", "t").mode("overwrite").save())

@@ -105,8 +105,11 @@ class TidelogDataSource(DataSource):
         return TidelogStreamReader(parse_source_options(dict(self.options), streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        options = _sink_options(self.options, schema)
-        return TidelogBatchWriter(options)
+        if overwrite:
+            # Spark's Kafka sink refuses it too: a log is appended to, never replaced.
+            raise SparkOptionError("mode", "Save mode Overwrite not allowed for Tidelog. "
+                                   "Allowed save modes are Append and ErrorIfExists (default).")
+        return TidelogBatchWriter(_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         return TidelogStreamWriter(_sink_options(self.options, schema))
