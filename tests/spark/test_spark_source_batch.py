@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-from tidelog.client import Admin
-
 pytestmark = pytest.mark.integration
 
 Produce = Callable[[str, list[tuple[Any, ...]]], list[Any]]
@@ -143,7 +141,7 @@ def test_empty_topic_and_missing_topic_read_nothing(spark: Any, bootstrap: str,
     assert reader(spark, bootstrap, subscribe="spark-no-such-topic").load().count() == 0
 
 
-def test_reads_stop_at_the_high_watermark(spark: Any, bootstrap: str, admin: Admin,
+def test_reads_stop_at_the_high_watermark(spark: Any, bootstrap: str,
                                           events: tuple[str, list[Any]]) -> None:
     topic, _ = events
     end = json.dumps({topic: {"0": 1_000, "1": -1}})

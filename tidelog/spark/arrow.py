@@ -22,7 +22,6 @@ import pyarrow as pa
 from tidelog.spark.offsets import SparkOptionError
 
 __all__ = [
-    "SINK_COLUMNS",
     "SOURCE_SCHEMA_DDL",
     "SinkColumns",
     "SinkGroup",
@@ -40,8 +39,6 @@ SOURCE_SCHEMA_DDL = ("key binary, value binary, topic string, partition int, off
 HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()),
                                    pa.field("value", pa.binary())]))
-#: The sink's columns; any other column is left alone, as by Spark's Kafka sink.
-SINK_COLUMNS = ("topic", "key", "value", "headers", "partition")
 _TEXT_OR_BINARY = ("string", "binary")
 _HEADERS_SIMPLE = "array<struct<key:string,value:binary>>"
 

@@ -122,22 +122,16 @@ def _sink_options(raw: Any, schema: StructType) -> SinkOptions:
     return options
 
 
-class RangePartition(InputPartition):
-    """One Spark input partition: an offset range of one Tidelog partition (None: nothing)."""
-
-    def __init__(self, piece: InputRange | None) -> None:
-        super().__init__(piece)
-        self.piece = piece
-
-
-def _input_partitions(plan: planner.ReadPlan) -> list[RangePartition]:
+def _input_partitions(plan: planner.ReadPlan) -> list[InputPartition]:
+    """One Spark input partition per offset range: its ``value`` is the InputRange (plain
+    values, pickled to the worker as they are)."""
     for note in (*plan.data_loss, *plan.warnings):
         log.warning("%s", note)
-    return [RangePartition(piece) for piece in plan.ranges]
+    return [InputPartition(piece) for piece in plan.ranges]
 
 
 def _read(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
-    piece = getattr(partition, "piece", None)
+    piece: InputRange | None = partition.value
     if piece is not None:
         yield from read_range(piece, options)
 
@@ -159,7 +153,7 @@ class TidelogBatchReader(DataSourceReader):
         plan = planner.plan_batch(options, infos, start_timestamp_offsets=start_ts,
                                   end_timestamp_offsets=end_ts)
         # Spark wants at least one input partition; an empty read gets one that reads nothing.
-        return _input_partitions(plan) or [RangePartition(None)]
+        return _input_partitions(plan) or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)
@@ -175,21 +169,27 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin: Admin | None = None
         self._available_now: dict[TopicPartition, int] | None = None
         self._last_trigger_ms = _now_ms()
+        # What latestOffset last learned, for the partitions(start, end) call Spark makes next
+        # for the same micro-batch: one lookup per batch, not two. None after a restart, when
+        # Spark re-plans a checkpointed batch without asking latestOffset first.
+        self._latest_infos: dict[TopicPartition, planner.PartitionInfo] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_admin"] = None
         return state
 
-    def _partitions(self) -> dict[TopicPartition, planner.PartitionInfo]:
+    def _admin_client(self) -> Admin:
         if self._admin is None:
             self._admin = Admin(self.options.bootstrap_servers, client_id="tidelog-spark-driver")
-        return look_up_partitions(self._admin, self.options)
+        return self._admin
+
+    def _partitions(self) -> dict[TopicPartition, planner.PartitionInfo]:
+        return look_up_partitions(self._admin_client(), self.options)
 
     def initialOffset(self) -> dict[str, Any]:
         infos = self._partitions()
-        assert self._admin is not None
-        start_ts = look_up_timestamps(self._admin, self.options,
+        start_ts = look_up_timestamps(self._admin_client(), self.options,
                                       planner.timestamps_to_look_up(self.options.starting, infos))
         start = planner.initial_offsets(self.options, infos, start_timestamp_offsets=start_ts)
         for note in start.data_loss:
@@ -208,7 +208,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = offsets_from_dict(start)
-        infos = self._partitions()
+        infos = self._latest_infos = self._partitions()
         max_rows = _max_rows(limit)
         end = planner.next_end_offsets(self.options, begin, infos, max_rows=max_rows,
                                        available_now=self._available_now)
@@ -222,8 +222,9 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_dict(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        infos, self._latest_infos = self._latest_infos, None
         plan = planner.plan_micro_batch(self.options, offsets_from_dict(start),
-                                        offsets_from_dict(end), self._partitions())
+                                        offsets_from_dict(end), infos or self._partitions())
         return _input_partitions(plan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
