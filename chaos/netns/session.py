@@ -61,9 +61,11 @@ def plan_from_env() -> NetnsPlan | None:
         raise ValueError(f"{ENV_VAR} does not hold a netns plan: {e}") from None
 
 
-def run_outside(nodes: Sequence[str], argv: Sequence[str], *, netem: bool) -> int | str:
-    """Create the namespaces for ``nodes`` and run ``tidelog <argv>`` inside the client one;
-    its exit code, or the one line saying why the machine cannot (the caller exits 2)."""
+def run_outside(nodes: Sequence[str], argv: Sequence[str], *, netem: bool,
+                module: str = "tidelog.cli") -> int | str:
+    """Create the namespaces for ``nodes`` and run ``python -m <module> <argv>`` (``tidelog
+    <argv>`` by default) inside the client one; its exit code, or the one line saying why the
+    machine cannot (the caller exits 2)."""
     reason = shell.unavailable(netem=netem)
     if reason is not None:
         return reason
@@ -72,7 +74,7 @@ def run_outside(nodes: Sequence[str], argv: Sequence[str], *, netem: bool) -> in
                                               "nodes": list(plan.nodes)})}
     with shell.namespaces(plan), _sigterm_as_interrupt():
         proc = subprocess.Popen([*plan.exec_prefix("client"), sys.executable, "-m",
-                                 "tidelog.cli", *argv], env=env)
+                                 module, *argv], env=env)
         try:
             return proc.wait()
         except KeyboardInterrupt as e:

@@ -14,6 +14,8 @@ codes, the shared options, the Admin context, tables and JSON) and never another
   (produce, consume);
 - ``group.py``: ``tidelog group list|describe|delete|reset-offsets|delete-offsets`` (consumer
   groups);
+- ``deploy.py``: ``tidelog deploy render|container-config`` (an inventory to every node's files;
+  a container's config from its environment);
 - ``chaos.py``: ``tidelog chaos check`` (re-checks a chaos run's history; imports ``chaos/``
   only inside its function, as the import contracts allow).
 
@@ -30,6 +32,7 @@ import click
 from tidelog.cli.chaos import chaos
 from tidelog.cli.cluster import cluster
 from tidelog.cli.common import run_main
+from tidelog.cli.deploy import deploy
 from tidelog.cli.dev import dev
 from tidelog.cli.group import group
 from tidelog.cli.server import server
@@ -44,7 +47,7 @@ def cli() -> None:
     """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
 
 
-for _group in (server, storage, cluster, topic, group, dev, chaos):
+for _group in (server, storage, cluster, topic, group, dev, deploy, chaos):
     cli.add_command(_group)
 
 
