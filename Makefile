@@ -14,12 +14,12 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	broker/replica_manager.py broker/partition.py broker/partition_writer.py broker/handlers \
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \
-	tidelog/spark \
+	tidelog/spark tidelog/deploy \
 	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py \
-	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py \
+	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py chaos/multihost \
 	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns
 
-.PHONY: pipeline bench-spark chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
+.PHONY: deploy-tools deploy-demo pipeline bench-spark chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
 venv: $(STAMP)
 
@@ -29,8 +29,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-test: $(STAMP) lint typecheck proto-check
+test: $(STAMP) deploy-tools lint typecheck proto-check
 	$(PY) -m pytest -q -m "not slow" --durations=25 tests
+
+# Debian's prometheus package (prometheus and promtool): the deploy tests run a real Prometheus
+# and check the rules with promtool. Installed once, as root; elsewhere the note says what to do
+# and those tests skip.
+deploy-tools:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus package (deploy tests)"; \
+	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -q --no-install-recommends prometheus >/dev/null; \
+	  else echo "note: no promtool; as root: apt-get install prometheus (deploy tests skip)"; fi; }
+
+# A rendered 3 controllers + 3 brokers on six network namespaces with Prometheus: a broker's
+# link goes down and comes back, nothing acknowledged is lost, the alert fires (needs root).
+deploy-demo: $(STAMP) deploy-tools
+	$(PY) -m chaos.multihost
 
 # The long seeded Raft simulation sweeps (many seeds, long fault schedules; tens of minutes),
 # left out of make test.

@@ -18,8 +18,15 @@ from chaos.netns.plan import DEVICE, NetnsPlan
 from chaos.netns.shell import run as run_ip
 from tidelog.deploy.inventory import Inventory, Node
 
-__all__ = ["CONTROLLER_HOSTS", "BROKER_HOSTS", "HOSTS", "Nodes", "install", "inventory_text",
-           "set_link"]
+__all__ = [
+    "BROKER_HOSTS",
+    "CONTROLLER_HOSTS",
+    "HOSTS",
+    "Nodes",
+    "install",
+    "inventory_text",
+    "set_link",
+]
 
 CONTROLLER_HOSTS = ("ctl-1", "ctl-2", "ctl-3")
 BROKER_HOSTS = ("broker-a", "broker-b", "broker-c")

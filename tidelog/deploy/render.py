@@ -109,7 +109,8 @@ def host_lines(inv: Inventory, host: Host, cluster_id: str) -> list[str]:
     tidelog = f"{inv.install_prefix}/bin/tidelog"
     lines = [f"# host {host.name} ({host.address})", "",
              f"- install: `python3 -m venv {inv.install_prefix} && {inv.install_prefix}/bin/pip "
-             f"install <a tidelog wheel or checkout>`; `useradd --system --home-dir /var/lib/tidelog {inv.user}`; copy this "
+             f"install <a tidelog wheel or checkout>`; "
+             f"`useradd --system --home-dir /var/lib/tidelog {inv.user}`; copy this "
              f"directory to / (`rsync -a hosts/{host.name}/ root@{host.address}:/`); "
              f"`chown {inv.user}: {inv.config_dir}/{SECRET_NAME}`"]
     for node in host.nodes:
