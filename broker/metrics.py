@@ -5,23 +5,51 @@ UnderReplicatedPartitions → ``under_replicated_partitions``, IsrShrinksPerSec 
 ``isr_shrinks_total`` and so on. Counters and histograms are updated where the event happens
 (children per topic are cached by the caller, so the produce path pays no label lookup);
 gauges that describe every hosted partition are recomputed on the replica manager's timer
-(:meth:`BrokerMetrics.set_partition_gauges`), not on each scrape, so the metrics HTTP thread never
-walks the event loop's structures.
+(``ReplicaManager._update_gauges``: :meth:`BrokerMetrics.set_follower_lags`,
+:meth:`BrokerMetrics.set_log_sizes`), not on each scrape, so the metrics HTTP thread never walks
+the event loop's structures.
+
+``request_latency_seconds{api, outcome}``: its ``_count`` is also the request rate per API and
+outcome, Kafka's RequestsPerSec and (outcome="error") ErrorsPerSec in one series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["APIS", "BrokerMetrics", "TopicMetrics"]
+__all__ = ["APIS", "ERROR", "OK", "OUTCOMES", "BrokerMetrics", "TopicMetrics", "outcome_of"]
 
 #: The APIs whose latency is measured (handle_<api> of the replica manager).
 APIS = ("produce", "fetch", "list_offsets", "init_producer_id", "describe_logs", "replica_fetch")
 #: Request latency buckets, seconds: sub-millisecond appends up to 30 s long-polls.
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
                      5.0, 10.0, 30.0)
+#: A request's outcome label: "error" when its answer carries an error code, for the request or
+#: for any of its partitions (one failed partition of a produce makes the request an error, as
+#: the producer has to retry it).
+OK, ERROR = "ok", "error"
+OUTCOMES = (OK, ERROR)
+
+
+class _PartitionAnswer(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+
+class _TopicAnswer(Protocol):
+    @property
+    def partitions(self) -> Iterable[_PartitionAnswer]: ...
+
+
+def outcome_of(request_error: int, topics: Iterable[_TopicAnswer] = ()) -> str:
+    """The outcome label of an answer: its request-level error code and its per-topic partition
+    answers (a response with a flat ``partitions`` list passes itself as the one "topic")."""
+    if request_error or any(p.error_code for t in topics for p in t.partitions):
+        return ERROR
+    return OK
 
 
 class TopicMetrics:
@@ -63,10 +91,13 @@ class BrokerMetrics:
             ["topic"], registry=registry)
         self.request_latency = Histogram(
             p + "request_latency_seconds",
-            "time from receiving a data-plane request to answering it (long-polls included)",
-            ["api"], buckets=LATENCY_BUCKETS_S, registry=registry)
-        #: Children per API, looked up once (the produce path pays no label lookup).
-        self.latency = {api: self.request_latency.labels(api) for api in APIS}
+            "time from receiving a data-plane request to answering it (long-polls included), "
+            "by API and outcome (error: the answer carries an error code for the request or any "
+            "of its partitions); _count is Kafka's RequestsPerSec / ErrorsPerSec",
+            ["api", "outcome"], buckets=LATENCY_BUCKETS_S, registry=registry)
+        #: Children per (API, outcome), looked up once (the produce path pays no label lookup).
+        self.latency = {(api, result): self.request_latency.labels(api, result)
+                        for api in APIS for result in OUTCOMES}
         self.request_errors = Counter(
             p + "request_errors", "partition-level errors answered, by API and error code",
             ["api", "error"], registry=registry)
@@ -97,9 +128,15 @@ class BrokerMetrics:
             registry=registry)
         self.delayed_fetches = Gauge(p + "delayed_fetches", "fetch long-polls waiting now",
                                      ["kind"], registry=registry)
-        self.acks_all_waiting = Gauge(p + "acks_all_waiting",
-                                      "acks=all produces waiting for the high watermark",
-                                      registry=registry)
+        self.acks_all_waiting = Gauge(
+            p + "acks_all_waiting", "acks=all produces waiting for the high watermark to pass "
+            "their batch: Kafka's produce purgatory size (kafka.server:type="
+            "DelayedOperationPurgatory,name=PurgatorySize,delayedOperation=Produce)",
+            registry=registry)
+        self.log_size = Gauge(
+            p + "log_size_bytes", "bytes of the partition's log on this broker, per hosted "
+            "replica (leader or follower), from the segment index (Kafka's kafka.log:type=Log,"
+            "name=Size)", ["topic", "partition"], registry=registry)
         self.retention_bytes_deleted = Counter(p + "retention_bytes_deleted",
                                                "bytes removed by retention", registry=registry)
         self.cleaner_bytes_cleaned = Counter(
@@ -116,8 +153,9 @@ class BrokerMetrics:
             p + "log_flush_failures", "fsyncs that failed, a topic's flush or the node's "
             "interval one (a storage error: a produce waiting on it is answered "
             "KAFKA_STORAGE_ERROR with appended=true)", registry=registry)
-        self._lag_labels: set[tuple[str, str, str]] = set()
-        self._hw_lag_labels: set[tuple[str, str]] = set()
+        self._lag_labels: set[tuple[str, ...]] = set()
+        self._hw_lag_labels: set[tuple[str, ...]] = set()
+        self._size_labels: set[tuple[str, ...]] = set()
 
     def topic(self, topic: str) -> TopicMetrics:
         return TopicMetrics(self, topic)
@@ -127,19 +165,28 @@ class BrokerMetrics:
         """Replace the per-follower and per-partition lag gauges: (topic, partition, follower,
         lag) and (topic, partition, lag). Label sets not given any more are removed, so a
         partition that moved away stops being reported."""
-        seen: set[tuple[str, str, str]] = set()
-        for topic, partition, follower, lag in lags:
-            labels = (topic, str(partition), str(follower))
-            self.follower_lag.labels(*labels).set(lag)
-            seen.add(labels)
-        for labels in self._lag_labels - seen:
-            self.follower_lag.remove(*labels)
-        self._lag_labels = seen
-        seen_hw: set[tuple[str, str]] = set()
-        for topic, partition, lag in hw_lags:
-            hw_labels = (topic, str(partition))
-            self.high_watermark_lag.labels(*hw_labels).set(lag)
-            seen_hw.add(hw_labels)
-        for hw_labels in self._hw_lag_labels - seen_hw:
-            self.high_watermark_lag.remove(*hw_labels)
-        self._hw_lag_labels = seen_hw
+        self._lag_labels = _replace(
+            self.follower_lag, self._lag_labels,
+            (((t, str(p), str(f)), lag) for t, p, f, lag in lags))
+        self._hw_lag_labels = _replace(
+            self.high_watermark_lag, self._hw_lag_labels,
+            (((t, str(p)), lag) for t, p, lag in hw_lags))
+
+    def set_log_sizes(self, sizes: Iterable[tuple[str, int, int]]) -> None:
+        """Replace the log size gauges: (topic, partition, bytes) per hosted replica; a
+        partition no longer hosted here stops being reported."""
+        self._size_labels = _replace(self.log_size, self._size_labels,
+                                     (((t, str(p)), size) for t, p, size in sizes))
+
+
+def _replace(gauge: Gauge, previous: set[tuple[str, ...]],
+             values: Iterable[tuple[tuple[str, ...], float]]) -> set[tuple[str, ...]]:
+    """Set ``gauge``'s children to ``values`` and remove those of ``previous`` not among them
+    (a stale series would keep reporting a partition that left); the label sets now set."""
+    seen: set[tuple[str, ...]] = set()
+    for labels, value in values:
+        gauge.labels(*labels).set(value)
+        seen.add(labels)
+    for labels in previous - seen:
+        gauge.remove(*labels)
+    return seen

@@ -43,6 +43,7 @@ from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.cluster_control import ClusterControlManager
 from controller.managers.common import ControllerConfig, ErrorFields, set_error
 from controller.managers.config_control import ConfigControlManager
+from controller.managers.partition_change import LeaderElections, count_elections
 from controller.managers.producer_id_control import ProducerIdControlManager
 from controller.managers.replication_control import ReplicationControlManager
 from tidelog import limits
@@ -99,6 +100,8 @@ class ReplayOutcome:
     #: Active, and the batch was not the next proposal: speculative state was reset to the
     #: committed image and pending proposals forgotten (see the module doc, step 5).
     diverged: bool
+    #: The partition leader elections the batch committed (none when it was ignored).
+    elections: LeaderElections = LeaderElections()
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +256,11 @@ class ControllerLogic:
             raise InvariantViolation(
                 f"committed batches must be contiguous: {base_offset} after "
                 f"{self._committed.offset}")
-        delta = MetadataDelta(self._committed)
+        before = self._committed
+        delta = MetadataDelta(before)
         ignored = delta.replay_batch(records, base_offset)
         self._committed = delta.apply()
+        elections = count_elections(before, records) if ignored is None else LeaderElections()
         own = bool(self._pending) and self._pending[0] == _Pending(base_offset, tuple(records))
         diverged = False
         if own:
@@ -271,7 +276,7 @@ class ControllerLogic:
             self.abandon_pending()
         else:
             self._image = self._committed
-        return ReplayOutcome(base_offset, ignored, own, diverged)
+        return ReplayOutcome(base_offset, ignored, own, diverged, elections)
 
     def _settle_speculative(self) -> None:
         if self._image.offset != self._committed.offset:

@@ -37,3 +37,18 @@ class ControllerMetrics:
             registry=registry)
         self.writes = Counter(p + "writes", "metadata writes handled, by RPC and outcome",
                               ["rpc", "outcome"], registry=registry)
+        self.leader_elections = Counter(
+            p + "leader_elections", "partition leader changes to a new live leader committed "
+            "by the quorum, by kind: unclean = the new leader was not in the ISR (Kafka's "
+            "LeaderElectionRateAndTimeMs count and UncleanLeaderElectionsPerSec). Counted only "
+            "by the active controller that proposed them, so sum() over controllers counts "
+            "each once; going offline is not an election", ["kind"], registry=registry)
+        # Both children exist from the start, so rate() and alerts see 0 rather than nothing.
+        self._clean_elections = self.leader_elections.labels("clean")
+        self._unclean_elections = self.leader_elections.labels("unclean")
+
+    def count_elections(self, clean: int, unclean: int) -> None:
+        if clean:
+            self._clean_elections.inc(clean)
+        if unclean:
+            self._unclean_elections.inc(unclean)

@@ -199,6 +199,10 @@ class ControllerRuntime:
         if outcome.ignored:
             log.warning("controller %d: metadata batch at offset %d was a no-op: %s",
                         self.node_id, base, outcome.ignored)
+        if outcome.own:
+            # Counted by the controller that proposed the batch only (the active one), so a
+            # sum over controllers counts each election once.
+            self.metrics.count_elections(outcome.elections.clean, outcome.elections.unclean)
         self._call_in_loop(self._wake_waiters)
         if outcome.diverged:
             self._call_in_loop(self._on_diverged)

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from tidelog import limits
 from tidelog.config import NodeConfig
 from tidelog.data_dir import check_data_dir
+from tidelog.node_metrics import register_node_metrics
 from tidelog.observability import MetricsServer, Readiness
 from tidelog.rpc_guard import DecodeGuardInterceptor
 
@@ -54,6 +55,8 @@ def run_node(config: NodeConfig) -> None:
 
 async def _serve(config: NodeConfig, cluster_id: str) -> None:
     registry = CollectorRegistry()
+    # Disk, info and process series, whatever the roles (tidelog/node_metrics.py).
+    register_node_metrics(registry, config.data_dir, node_id=config.node_id, roles=config.roles)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -50,9 +50,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUPS_MAX",
+    "METRIC_NAMES",
     "PARTITION_SERIES_MAX",
     "GroupMetricsCollector",
     "GroupMetricsSnapshot",
+    "GroupRow",
+    "PartitionRow",
+    "families",
     "snapshot",
 ]
 
@@ -65,6 +69,20 @@ PARTITION_SERIES_MAX = 10_000
 #: How long a scrape waits for the event loop's snapshot.
 SNAPSHOT_TIMEOUT_S = 2.0
 _STATES = ("Empty", "Assigning", "Reconciling", "Stable")
+#: The families the collector yields (names as registered: a counter's without ``_total``), so
+#: what a node exports can be listed without a running broker; tests/unit/
+#: test_group_metric_names.py keeps it equal to what :func:`families` yields.
+METRIC_NAMES = (
+    "tidelog_group_members",
+    "tidelog_group_epoch",
+    "tidelog_group_state",
+    "tidelog_group_rebalances",
+    "tidelog_group_offset_commits",
+    "tidelog_group_committed_offset",
+    "tidelog_group_lag",
+    "tidelog_group_metrics_omitted",
+    "tidelog_group_metrics_snapshot_failed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +155,11 @@ class GroupMetricsCollector(Collector):
 
     def describe(self) -> list[Metric]:
         # Names only: registering must not take a snapshot (the loop may not run yet).
-        return list(_families(GroupMetricsSnapshot(), failed=False))
+        return list(families(GroupMetricsSnapshot(), failed=False))
 
     def collect(self) -> Iterator[Metric]:
         taken = self._take()
-        yield from _families(taken or GroupMetricsSnapshot(), failed=taken is None)
+        yield from families(taken or GroupMetricsSnapshot(), failed=taken is None)
 
     def _take(self) -> GroupMetricsSnapshot | None:
         loop = self._runtime.loop
@@ -164,7 +182,8 @@ class GroupMetricsCollector(Collector):
             return None
 
 
-def _families(taken: GroupMetricsSnapshot, *, failed: bool) -> Iterator[Metric]:
+def families(taken: GroupMetricsSnapshot, *, failed: bool) -> Iterator[Metric]:
+    """The metric families of one snapshot (``failed``: the scrape got none)."""
     p = "tidelog_group_"
     members = GaugeMetricFamily(p + "members", "members of the group now", labels=["group"])
     epoch = GaugeMetricFamily(p + "epoch", "the group epoch", labels=["group"])

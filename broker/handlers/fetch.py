@@ -20,6 +20,7 @@ import logging
 import time
 
 from broker.handlers.common import HandlerRegistry, error_code, set_error
+from broker.metrics import outcome_of
 from broker.partition import Partition
 from tidelog import limits
 from tidelog.errors import (
@@ -51,7 +52,8 @@ async def handle_fetch(registry: HandlerRegistry, request: pb.FetchRequest) -> p
     started = time.perf_counter()
     response = await _long_poll(registry, request, follower=False)
     if registry.metrics is not None:
-        registry.metrics.latency["fetch"].observe(time.perf_counter() - started)
+        result = outcome_of(response.error_code, response.topics)
+        registry.metrics.latency["fetch", result].observe(time.perf_counter() - started)
     return response
 
 
@@ -67,7 +69,8 @@ async def handle_replica_fetch(registry: HandlerRegistry,
     else:
         response = await _long_poll(registry, request, follower=True)
     if registry.metrics is not None:
-        registry.metrics.latency["replica_fetch"].observe(time.perf_counter() - started)
+        result = outcome_of(response.error_code, response.topics)
+        registry.metrics.latency["replica_fetch", result].observe(time.perf_counter() - started)
     return response
 
 

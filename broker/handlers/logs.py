@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from broker.handlers.common import HandlerRegistry
+from broker.metrics import outcome_of
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -42,5 +43,7 @@ async def handle_describe_logs(registry: HandlerRegistry,
             response.partitions.add(topic=name, partition_id=partition_id,
                                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if registry.metrics is not None:
-        registry.metrics.latency["describe_logs"].observe(time.perf_counter() - started)
+        # The response's flat partition list is its one "topic" of partition answers.
+        registry.metrics.latency["describe_logs", outcome_of(0, [response])].observe(
+            time.perf_counter() - started)
     return response

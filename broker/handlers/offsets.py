@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from broker.handlers.common import HandlerRegistry, set_error
+from broker.metrics import outcome_of
 from broker.partition import Partition
 from tidelog.errors import InvalidRequestError, TidelogError
 from tidelog.v1 import broker_pb2 as pb
@@ -38,7 +39,8 @@ async def handle_list_offsets(registry: HandlerRegistry,
             if error is not None:
                 set_error(registry, result, error, topic_id, data.partition_id, "list_offsets")
     if registry.metrics is not None:
-        registry.metrics.latency["list_offsets"].observe(time.perf_counter() - started)
+        registry.metrics.latency["list_offsets", outcome_of(0, response.topics)].observe(
+            time.perf_counter() - started)
     return response
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 from broker.handlers.common import HandlerRegistry, set_error
+from broker.metrics import outcome_of
 from broker.partition_writer import PendingAppend, TopicIdPartition
 from broker.replica_manager import acks_error
 from tidelog.errors import InvalidTopicError, RecordListTooLargeError, TidelogError
@@ -87,7 +88,8 @@ async def handle_produce(registry: HandlerRegistry,
     if pending:
         await _await_acks(registry, pending, request.timeout_ms)
     if registry.metrics is not None:
-        registry.metrics.latency["produce"].observe(time.perf_counter() - started)
+        registry.metrics.latency["produce", outcome_of(0, response.topics)].observe(
+            time.perf_counter() - started)
     return response
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from broker.handlers.common import HandlerRegistry
+from broker.metrics import outcome_of
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = ["handle_init_producer_id"]
@@ -16,5 +17,6 @@ async def handle_init_producer_id(registry: HandlerRegistry, request: pb.InitPro
     started = time.perf_counter()
     response = await registry.producer_ids.handle_init_producer_id(request)
     if registry.metrics is not None:
-        registry.metrics.latency["init_producer_id"].observe(time.perf_counter() - started)
+        registry.metrics.latency["init_producer_id", outcome_of(response.error_code)].observe(
+            time.perf_counter() - started)
     return response

@@ -477,7 +477,7 @@ def test_metrics(tmp_path: Path) -> None:
         assert sample("bytes_in_total", topic="t") > 0
         assert sample("messages_in_total", topic="t") == 3
         assert sample("messages_out_total", topic="t") == 2
-        assert sample("request_latency_seconds_count", api="produce") == 2
+        assert sample("request_latency_seconds_count", api="produce", outcome="ok") == 2
         assert sample("leader_count") == 1 and sample("partition_count") == 1
         assert sample("follower_lag_messages", topic="t", partition="0", follower="2") == 0
         assert sample("follower_lag_messages", topic="t", partition="0", follower="3") > 0

@@ -1,0 +1,1 @@
+"""Tests of the deployment artefacts: rendered configs, container images, manifests."""
