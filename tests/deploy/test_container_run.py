@@ -1,0 +1,144 @@
+"""A controller and a broker started the way the image starts them, on 127.0.0.1.
+
+Each node runs deploy/docker/entrypoint.sh with a TIDELOG_* environment, as a container would
+(no container runtime here): the entrypoint copies the "mounted" secret (group-readable, as
+Kubernetes mounts it) to a 0600 file, renders node.toml with node_config_from_env, formats the
+data dir with ``python -m tidelog.cli storage format`` and execs ``python -m tidelog.cli server``.
+``tidelog`` on PATH is a stand-in: ``deploy container-config --out FILE`` does what that command
+does (node_config_from_env(os.environ, socket.gethostname()) into FILE), anything else is
+``python -m tidelog.cli``. Both nodes must answer /readyz 200, then stop on SIGTERM with exit 0.
+A second start on the same data dirs (formatted already) must come up too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tidelog.cluster_secret import generate_secret
+from tidelog.local_cluster import free_ports
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.sh"
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+CLUSTER_ID = "9d1c0b2a3e4f5a6b7c8d9e0f1a2b3c4d"
+
+TIDELOG_STAND_IN = """#!/bin/sh
+if [ "$1 $2 $3" = "deploy container-config --out" ]; then
+    exec "{python}" -c '
+import os, socket, sys
+from pathlib import Path
+from tidelog.deploy.container import node_config_from_env
+Path(sys.argv[1]).write_text(node_config_from_env(os.environ, socket.gethostname()))
+' "$4"
+fi
+exec "{python}" -m tidelog.cli "$@"
+"""
+
+
+def start(name: str, base: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDELOG_")},
+                   "PATH": f"{base / 'bin'}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
+                   "TIDELOG_RUNTIME_DIR": str(base / name / "run"),
+                   "TIDELOG_DATA_DIR": str(base / name / "volume" / "data"),
+                   "TIDELOG_CLUSTER_SECRET_FILE": str(base / "mounted" / "cluster.secret"),
+                   "TIDELOG_CLUSTER_ID": CLUSTER_ID, "TIDELOG_LISTEN_HOST": "127.0.0.1",
+                   **env}
+    log = open(base / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(["sh", str(ENTRYPOINT)], env=environment, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        log.close()
+
+
+def readiness(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+            return None if r.status == 200 else f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        return e.read().decode().strip() or f"HTTP {e.code}"
+    except OSError as e:
+        return str(e)
+
+
+def log_tail(base: Path, name: str) -> str:
+    path = base / f"{name}.log"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-20:]) if path.exists() else ""
+
+
+def wait_ready(base: Path, nodes: dict[str, tuple[subprocess.Popen[bytes], int]]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    pending = dict.fromkeys(nodes, "not asked yet")
+    while pending and time.monotonic() < deadline:
+        for name in list(pending):
+            proc, port = nodes[name]
+            assert proc.poll() is None, f"{name} exited {proc.returncode}:\n{log_tail(base, name)}"
+            reason = readiness(port)
+            if reason is None:
+                del pending[name]
+            else:
+                pending[name] = reason
+        time.sleep(0.1)
+    assert not pending, "\n".join(f"{n} not ready after {READY_TIMEOUT_S:.0f}s ({r}):\n"
+                                  f"{log_tail(base, n)}" for n, r in pending.items())
+
+
+def stop(base: Path, name: str, proc: subprocess.Popen[bytes]) -> int:
+    os.kill(proc.pid, signal.SIGTERM)  # the entrypoint exec'd the node: this pid is the node
+    try:
+        return proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"{name} did not stop on SIGTERM:\n{log_tail(base, name)}")
+
+
+def test_a_controller_and_a_broker_run_from_the_entrypoint(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    stand_in = tmp_path / "bin" / "tidelog"
+    stand_in.write_text(TIDELOG_STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    (tmp_path / "mounted").mkdir()
+    secret = tmp_path / "mounted" / "cluster.secret"
+    secret.write_text(generate_secret() + "\n")
+    secret.chmod(0o440)  # as Kubernetes mounts it: tidelog itself would refuse this file
+    controller_port, raft_port, controller_metrics, client_port, inter_broker_port, \
+        broker_metrics = free_ports(6)
+    voters = f"1@127.0.0.1:{controller_port}:{raft_port}"
+    envs = {
+        "controller": ({"TIDELOG_ROLE": "controller", "TIDELOG_NODE_ID": "1",
+                        "TIDELOG_CONTROLLER_VOTERS": voters,
+                        "TIDELOG_METRICS_PORT": str(controller_metrics)}, controller_metrics),
+        "broker": ({"TIDELOG_ROLE": "broker", "TIDELOG_NODE_ID": "101",
+                    "TIDELOG_CONTROLLER_VOTERS": voters, "TIDELOG_ADVERTISED_HOST": "127.0.0.1",
+                    "TIDELOG_CLIENT_PORT": str(client_port),
+                    "TIDELOG_INTER_BROKER_PORT": str(inter_broker_port),
+                    "TIDELOG_METRICS_PORT": str(broker_metrics)}, broker_metrics),
+    }
+    for attempt in ("first start (formats)", "second start (formatted)"):
+        nodes = {name: (start(name, tmp_path, env), port) for name, (env, port) in envs.items()}
+        try:
+            wait_ready(tmp_path, nodes)
+        finally:
+            # The broker first: its controlled shutdown needs the controller.
+            codes = {name: stop(tmp_path, name, nodes[name][0])
+                     for name in ("broker", "controller") if nodes[name][0].poll() is None}
+        assert codes == {"broker": 0, "controller": 0}, (
+            attempt, codes, log_tail(tmp_path, "broker"), log_tail(tmp_path, "controller"))
+    for name in envs:
+        meta = (tmp_path / name / "volume" / "data" / "meta.properties").read_text()
+        assert f"cluster.id={CLUSTER_ID}" in meta
+        assert (tmp_path / name / "run" / "cluster.secret").stat().st_mode & 0o077 == 0
