@@ -3,11 +3,9 @@
 Each node runs deploy/docker/entrypoint.sh with a TIDELOG_* environment, as a container would
 (no container runtime here): the entrypoint copies the "mounted" secret (group-readable, as
 Kubernetes mounts it) to a 0600 file, renders node.toml with node_config_from_env, formats the
-data dir with ``python -m tidelog.cli storage format`` and execs ``python -m tidelog.cli server``.
-``tidelog`` on PATH is a stand-in: ``deploy container-config --out FILE`` does what that command
-does (node_config_from_env(os.environ, socket.gethostname()) into FILE), anything else is
-``python -m tidelog.cli``. Both nodes must answer /readyz 200, then stop on SIGTERM with exit 0.
-A second start on the same data dirs (formatted already) must come up too.
+data dir with ``tidelog storage format`` and execs ``tidelog server``: the real ``tidelog``
+console script of this venv, first on PATH. Both nodes must answer /readyz 200, then stop on
+SIGTERM with exit 0. A second start on the same data dirs (formatted already) must come up too.
 """
 
 from __future__ import annotations
@@ -34,22 +32,12 @@ READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 CLUSTER_ID = "9d1c0b2a3e4f5a6b7c8d9e0f1a2b3c4d"
 
-TIDELOG_STAND_IN = """#!/bin/sh
-if [ "$1 $2 $3" = "deploy container-config --out" ]; then
-    exec "{python}" -c '
-import os, socket, sys
-from pathlib import Path
-from tidelog.deploy.container import node_config_from_env
-Path(sys.argv[1]).write_text(node_config_from_env(os.environ, socket.gethostname()))
-' "$4"
-fi
-exec "{python}" -m tidelog.cli "$@"
-"""
 
 
 def start(name: str, base: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     environment = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDELOG_")},
-                   "PATH": f"{base / 'bin'}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
+                   "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                   "PYTHONUNBUFFERED": "1",
                    "TIDELOG_RUNTIME_DIR": str(base / name / "run"),
                    "TIDELOG_DATA_DIR": str(base / name / "volume" / "data"),
                    "TIDELOG_CLUSTER_SECRET_FILE": str(base / "mounted" / "cluster.secret"),
@@ -107,10 +95,6 @@ def stop(base: Path, name: str, proc: subprocess.Popen[bytes]) -> int:
 
 
 def test_a_controller_and_a_broker_run_from_the_entrypoint(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
-    stand_in = tmp_path / "bin" / "tidelog"
-    stand_in.write_text(TIDELOG_STAND_IN.format(python=sys.executable))
-    stand_in.chmod(0o755)
     (tmp_path / "mounted").mkdir()
     secret = tmp_path / "mounted" / "cluster.secret"
     secret.write_text(generate_secret() + "\n")
