@@ -81,6 +81,14 @@ def test_a_port_used_twice_on_one_host_is_refused() -> None:
     assert all(line.startswith("host b3: port") for line in found)
 
 
+def test_two_nodes_of_a_host_may_not_share_a_data_dir() -> None:
+    text = three_and_three() + ('[[hosts.nodes]]\nid = 104\nroles = ["broker"]\n'
+                                'data_dir = "/var/lib/tidelog/node-103"\n'
+                                '[hosts.nodes.ports]\nclient = 19092\ninter_broker = 19095\n'
+                                'metrics = 19644\n')
+    assert problems(text) == ["host b3: data_dir /var/lib/tidelog/node-103 is used more than once"]
+
+
 def test_ports_of_two_nodes_on_one_host_may_differ() -> None:
     text = three_and_three() + ('[[hosts.nodes]]\nid = 104\nroles = ["broker"]\n'
                                 '[hosts.nodes.ports]\nclient = 19092\ninter_broker = 19095\n'

@@ -25,7 +25,8 @@ person fixes the file in one pass instead of one error per run. What is checked,
   the odd one below it, and an empty one leaves brokers nothing to register with;
 * every broker can reach every controller: a controller advertising a loopback address is
   unreachable from any other host;
-* no port used twice on one host (several nodes may share a host, each with its own ports);
+* no port or data dir used twice on one host (several nodes may share a host, each with its own
+  ports and data dir);
 * no node advertises a loopback address in a multi-host inventory (clients would connect to
   themselves).
 """
@@ -283,6 +284,8 @@ def check(inv: Inventory) -> list[str]:
         problems.append("no [[hosts]]: list the hosts and the nodes they run")
     problems += _duplicates("host name", [h.name for h in inv.hosts])
     problems += _duplicates("host address", [h.address for h in inv.hosts])
+    problems += _duplicates("host private_address", [
+        h.private_address for h in inv.hosts if h.private_address != h.address])
     problems += _duplicates("node id", [n.id for n in inv.nodes])
     problems += _quorum(inv)
     problems += _reachability(inv)
@@ -326,7 +329,7 @@ def _reachability(inv: Inventory) -> list[str]:
 
 def _port_clashes(host: Host) -> list[str]:
     owners: dict[int, str] = {}
-    problems = []
+    problems = _duplicates(f"host {host.name}: data_dir", [n.data_dir for n in host.nodes])
     for node in host.nodes:
         for port, what in node.used_ports():
             if port in owners:
