@@ -115,19 +115,23 @@ class Nodes:
             time.sleep(0.5)
 
     def stop_all(self) -> dict[str, int | None]:
-        """SIGTERM each (a controlled shutdown), SIGKILL what is left; the exit codes."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        """SIGTERM the brokers (each a controlled shutdown, which needs the controllers), then
+        the controllers; SIGKILL what outlives its wait. The exit codes."""
         codes: dict[str, int | None] = {}
-        for name, proc in self.procs.items():
-            try:
-                codes[name] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                codes[name] = None
+        for kind in ("broker", "controller"):
+            group = {n.name: self.procs[n.name] for n in self.inv.nodes
+                     if n.name in self.procs and n.is_broker == (kind == "broker")}
+            for proc in group.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            for name, proc in group.items():
+                try:
+                    codes[name] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    codes[name] = None
         return codes
 
     def log_tail(self, name: str, lines: int = 20) -> str:
