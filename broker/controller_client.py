@@ -54,6 +54,7 @@ from tidelog.errors import (
 )
 from tidelog.invariants import InvariantViolation, check
 from tidelog.peer_auth import peer_interceptors
+from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -155,7 +156,9 @@ class ControllerClient:
         rng: random.Random | None = None,
         name: str = "broker",
         peer_metadata: tuple[tuple[str, str], ...] = (),
+        channels: ChannelFactory = PLAINTEXT,
     ) -> None:
+        self._channel_factory = channels
         endpoints = [
             v if isinstance(v, ControllerEndpoint) else ControllerEndpoint.from_voter(v)
             for v in voters
@@ -221,7 +224,7 @@ class ControllerClient:
         stub = self._stubs.get(voter_id)
         if stub is None:
             endpoint = self._endpoints[voter_id]
-            channel = grpc.aio.insecure_channel(endpoint.address, options=list(CHANNEL_OPTIONS),
+            channel = self._channel_factory.aio(endpoint.address, CHANNEL_OPTIONS,
                                                 interceptors=self._interceptors)
             self._channels[voter_id] = channel
             stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]

@@ -56,6 +56,7 @@ from broker.replication import FollowerFetch
 from tidelog import limits
 from tidelog.errors import NetworkError, TidelogError
 from tidelog.invariants import InvariantViolation, check
+from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
@@ -123,9 +124,9 @@ class _Leader:
 
     __slots__ = ("address", "call", "channel", "open_stream", "stream_supported", "stub")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, channels: ChannelFactory) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
+        self.channel = channels.aio(address, CHANNEL_OPTIONS)
         # The leader's inter-broker listener refuses (UNAUTHENTICATED) a fetch without our
         # credential: GrpcReplicaTransport sends it with every call and stream.
         self.stub = broker_pb2_grpc.ReplicaServiceStub(self.channel)  # type: ignore[no-untyped-call]
@@ -147,7 +148,10 @@ class GrpcReplicaTransport:
     fetcher's rule)."""
 
     def __init__(self, endpoint_of: Callable[[int], tuple[str, int] | None], *,
-                 metadata: tuple[tuple[str, str], ...] = ()) -> None:
+                 metadata: tuple[tuple[str, str], ...] = (),
+                 channels: ChannelFactory = PLAINTEXT) -> None:
+        #: Plaintext or mutual TLS to the leaders' inter-broker listeners.
+        self._channels = channels
         #: A leader's inter-broker listener (its registration's inter_broker_endpoint).
         self._endpoint_of = endpoint_of
         #: Our peer credential (tidelog.peer_auth.peer_metadata), sent on every call.
@@ -165,7 +169,7 @@ class GrpcReplicaTransport:
         if known is not None:  # it re-registered elsewhere
             known.close_stream()
             asyncio.get_running_loop().create_task(known.channel.close())
-        leader = self._leaders[leader_id] = _Leader(address)
+        leader = self._leaders[leader_id] = _Leader(address, self._channels)
         return leader
 
     async def fetch(self, leader_id: int, request: pb.FetchRequest, *,

@@ -79,6 +79,7 @@ from tidelog.errors import (
 )
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
+from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import common_pb2
 
 __all__ = [
@@ -196,6 +197,7 @@ class ReplicaManager:
         metrics: BrokerMetrics | None = None,
         metadata_caught_up: Callable[[], bool] = lambda: True,
         peer_metadata: tuple[tuple[str, str], ...] = (),
+        channels: ChannelFactory = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
         self.data_dir = Path(data_dir)
@@ -207,6 +209,7 @@ class ReplicaManager:
         self._transport = transport
         self._metadata_caught_up = metadata_caught_up
         self._peer_metadata = peer_metadata  # our credential, sent with every follower fetch
+        self._channels = channels  # plaintext or mutual TLS to the leaders
         self._storage: Storage | None = None
         self._fetchers: ReplicaFetcherManager | None = None
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -234,7 +237,8 @@ class ReplicaManager:
                                      node_id=self.broker_id, config=self.config.storage)
         self._strays = {(tp.topic_id, tp.partition) for tp in self._storage.partitions()}
         transport = self._transport or GrpcReplicaTransport(
-            self._inter_broker_endpoint_of, metadata=self._peer_metadata)
+            self._inter_broker_endpoint_of, metadata=self._peer_metadata,
+            channels=self._channels)
         self._fetchers = ReplicaFetcherManager(
             broker_id=self.broker_id, broker_epoch=self._broker_epoch, transport=transport,
             fetch_wait_max_ms=self.config.replica_fetch_wait_max_ms,

@@ -37,6 +37,7 @@ from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.peer_auth import peer_metadata
+from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -61,8 +62,11 @@ class BrokerRuntime:
         self.stopping = asyncio.Event()
         # Our credential for the controllers and the other brokers' inter-broker listeners.
         peer = peer_metadata(config.cluster_secret(), config.node_id)
+        # With [tls], every connection to a controller or a leader is mutual TLS.
+        channels = ChannelFactory.for_files(config.tls.files(), "tls") if config.tls.enabled \
+            else PLAINTEXT
         self.client = ControllerClient(config.controller.voters, name=f"broker-{config.node_id}",
-                                       peer_metadata=peer)
+                                       peer_metadata=peer, channels=channels)
         self.listener = MetadataListener(broker_id=config.node_id, cluster_id=cluster_id,
                                          client=self.client, on_fatal=self._on_fatal)
         self.lifecycle = BrokerLifecycleManager(
@@ -78,7 +82,7 @@ class BrokerRuntime:
             broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
             controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
             config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
-            metadata_caught_up=self._metadata_confirmed, peer_metadata=peer)
+            metadata_caught_up=self._metadata_confirmed, peer_metadata=peer, channels=channels)
         #: The data plane's request handlers (broker.handlers), what the servicers call.
         self.data_plane = DataPlaneHandlers(self.replica_manager)
         #: The group coordinator's shards (one per __consumer_offsets partition led here).

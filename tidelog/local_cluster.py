@@ -170,6 +170,10 @@ class LocalCluster:
                   f"inter_broker_port = {spec.inter_broker_port or 9095}",
                   *_toml_items(self.overrides.get("broker", {})), ""]
         lines += ["[metrics]", f'host = "{spec.host}"', f"port = {spec.metrics_port}", ""]
+        if "tls" in self.overrides:  # per-node files: "{name}" in a value is the node's name
+            tls = {k: v.format(name=spec.name) if isinstance(v, str) else v
+                   for k, v in self.overrides["tls"].items()}
+            lines += ["[tls]", *_toml_items(tls), ""]
         for voter in self.controllers():
             lines += ["[[controller.voters]]", f"id = {voter.node_id}", f'host = "{voter.host}"',
                       f"port = {voter.controller_port}", f"raft_port = {voter.raft_port}", ""]

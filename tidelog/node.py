@@ -31,6 +31,7 @@ from tidelog.data_dir import check_data_dir
 from tidelog.node_metrics import register_node_metrics
 from tidelog.observability import MetricsServer, Readiness
 from tidelog.rpc_guard import DecodeGuardInterceptor
+from tidelog.tls import server_credentials
 
 log = logging.getLogger("tidelog.node")
 
@@ -106,7 +107,8 @@ async def _start_controller(config: NodeConfig, cluster_id: str, registry: Colle
     add_to_server(server, runtime)
     voter = config.voter()
     address = _bind(server, config.controller.listen_host, voter.port,
-                    "controller.listen_host", "[[controller.voters]] port")
+                    "controller.listen_host", "[[controller.voters]] port",
+                    _peer_credentials(config, "the controller listener"))
     await server.start()
     stack.append(("controller gRPC", lambda: server.stop(GRACE_S)))
     await runtime.start()
@@ -128,14 +130,18 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
     runtime = BrokerRuntime(config, cluster_id=cluster_id, registry=registry)
     server = _server(limits.CLIENT_LISTENER_CONCURRENT_RPCS_MAX, [])
     add_to_server(server, runtime)
-    address = _bind(server, b.listen_host, b.port, "broker.listen_host", "broker.port")
+    client_tls = config.tls.enabled and config.tls.client_listener == "tls"
+    address = _bind(server, b.listen_host, b.port, "broker.listen_host", "broker.port",
+                    server_credentials(config.tls.files(), client_auth=config.tls.client_auth,
+                                       where="the client listener") if client_tls else None)
     secret = _secret(config, "the inter-broker listener")
     replica_server = _server(
         limits.INTER_BROKER_LISTENER_CONCURRENT_RPCS_MAX,
         [PeerAuthInterceptor(secret, listener="the inter-broker listener")])
     add_replica_service(replica_server, runtime)
     replica_address = _bind(replica_server, b.inter_broker_listen_host, b.inter_broker_port,
-                            "broker.inter_broker_listen_host", "broker.inter_broker_port")
+                            "broker.inter_broker_listen_host", "broker.inter_broker_port",
+                            _peer_credentials(config, "the inter-broker listener"))
     # Serve before registering: once registered, other brokers may fetch from us at once.
     await server.start()
     await replica_server.start()
@@ -143,8 +149,9 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
     stack.append(("broker inter-broker gRPC", lambda: replica_server.stop(GRACE_S)))
     stack.append(("broker", runtime.stop))  # stopped first: controlled shutdown while serving
     await runtime.start()
-    log.info("broker %d serving clients on %s, brokers on %s, cluster %s", config.node_id,
-             address, replica_address, cluster_id)
+    log.info("broker %d serving clients on %s (%s), brokers on %s (%s), cluster %s",
+             config.node_id, address, "TLS" if client_tls else "plaintext", replica_address,
+             "mutual TLS" if config.tls.enabled else "plaintext", cluster_id)
     return runtime
 
 
@@ -156,11 +163,21 @@ def _server(concurrent_rpcs_max: int, interceptors: list[Any]) -> grpc.aio.Serve
                            maximum_concurrent_rpcs=concurrent_rpcs_max)
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int, host_key: str, port_key: str) -> str:
-    """Bind ``host:port`` or raise an OSError whose one line names the config keys."""
+def _peer_credentials(config: NodeConfig, listener: str) -> grpc.ServerCredentials | None:
+    """Mutual TLS for a peer listener when [tls] is set: only certificates of the CA."""
+    if not config.tls.enabled:
+        return None
+    return server_credentials(config.tls.files(), client_auth="required", where=listener)
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int, host_key: str, port_key: str,
+          credentials: grpc.ServerCredentials | None = None) -> str:
+    """Bind ``host:port`` (TLS with ``credentials``) or raise an OSError whose one line names
+    the config keys."""
     address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        bound = server.add_secure_port(address, credentials) if credentials is not None \
+            else server.add_insecure_port(address)
     except RuntimeError:  # grpc raises this for some failures instead of returning 0
         bound = 0
     if bound == 0:

@@ -35,6 +35,7 @@ ONE_MODULE_PER_LIBRARY = {
     # The pipeline example (make pipeline) is a Spark application, not part of the source.
     "pyspark": ("tidelog/spark/datasource.py", "tidelog/spark/pipeline.py"),
     "re2": ("broker/group/topic_regex.py",),
+    "cryptography": ("tidelog/certs.py",),
 }
 #: tidelog/ modules that may import broker/controller, and then only inside a function.
 LAZY_SERVER_IMPORTS = ("tidelog/node.py", "tidelog/cli")

@@ -4,6 +4,7 @@ One module per command group, each importing only :mod:`tidelog.cli.common` (err
 codes, the shared options, the Admin context, tables and JSON) and never another group's module:
 
 - ``server.py``: ``tidelog server`` (one node in the foreground);
+- ``security.py``: ``tidelog security init`` (a CA and node and client certificates);
 - ``storage.py``: ``tidelog storage random-uuid|random-secret|format``;
 - ``dev.py``: ``tidelog dev`` (one combined node for trying things);
 - ``cluster.py``: ``tidelog cluster up|status|stop-node|start-node|down|quorum`` (local
@@ -35,6 +36,7 @@ from tidelog.cli.common import run_main
 from tidelog.cli.deploy import deploy
 from tidelog.cli.dev import dev
 from tidelog.cli.group import group
+from tidelog.cli.security import security
 from tidelog.cli.server import server
 from tidelog.cli.storage import storage
 from tidelog.cli.topic import topic
@@ -47,7 +49,7 @@ def cli() -> None:
     """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
 
 
-for _group in (server, storage, cluster, topic, group, dev, deploy, chaos):
+for _group in (server, storage, security, cluster, topic, group, dev, deploy, chaos):
     cli.add_command(_group)
 
 

@@ -40,6 +40,7 @@ from tidelog.errors import (
     UnknownServerError,
     UnsupportedVersionError,
 )
+from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1.broker_pb2_grpc import BrokerServiceStub
 
 log = logging.getLogger(__name__)
@@ -350,8 +351,10 @@ class Connections:
     stream method (UNIMPLEMENTED: an older build) is asked by unary calls from then on.
     """
 
-    def __init__(self, client_id: str = "") -> None:
+    def __init__(self, client_id: str = "", channels: ChannelFactory = PLAINTEXT) -> None:
         check_client_id(client_id)
+        #: Plaintext, or TLS (security_protocol="SSL": the CA, and a certificate for mTLS).
+        self._channel_factory = channels
         # Sent with every call, as Kafka's request header carries client.id: the brokers show
         # it in DescribeGroups (broker.handlers.groups.client_identity reads the same key).
         self._call_metadata: tuple[tuple[str, str], ...] | None = (
@@ -367,9 +370,9 @@ class Connections:
             raise NetworkError("the client is closed")
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
+            channel = self._channel_factory.aio(
                 address,
-                options=[
+                [
                     ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
                     ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
                     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),

@@ -63,6 +63,7 @@ from tidelog.client._metadata import Backoff, ClusterSnapshot, MetadataManager
 from tidelog.client.records import TopicPartition
 from tidelog.errors import ErrorCode, TidelogError, error_for_code
 from tidelog.metadata.topic_names import validate_topic_name
+from tidelog.tls import ClientSecurity
 from tidelog.v1 import broker_pb2, controller_pb2, metadata_pb2
 
 __all__ = [
@@ -112,6 +113,10 @@ class Admin:
         default_api_timeout_ms: int = 60_000,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str = "",
+        ssl_certfile: str = "",
+        ssl_keyfile: str = "",
     ) -> None:
         if request_timeout_ms <= 0 or default_api_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
@@ -120,7 +125,8 @@ class Admin:
         self._default_timeout_ms = default_api_timeout_ms
         self._backoff = Backoff(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self._io = io_thread()
-        self._conns = Connections(client_id)
+        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self._conns = Connections(client_id, security.channel_factory())
         self._metadata = MetadataManager(
             parse_bootstrap(bootstrap_servers), self._conns, loop=self._io.loop,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,

@@ -62,6 +62,7 @@ from tidelog.client.records import (
 )
 from tidelog.errors import RequestTimedOutError
 from tidelog.metadata.topic_names import validate_topic_name
+from tidelog.tls import ClientSecurity
 
 __all__ = ["Consumer", "ConsumerRebalanceListener", "CorruptRecordError",
            "NoOffsetForPartitionError"]
@@ -104,6 +105,10 @@ class Consumer:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 300_000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str = "",
+        ssl_certfile: str = "",
+        ssl_keyfile: str = "",
     ) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none', got "
@@ -130,7 +135,8 @@ class Consumer:
         self._retry_backoff_ms = retry_backoff_ms
         self._backoff = Backoff(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self._io = io_thread()
-        self._conns = Connections(client_id)
+        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self._conns = Connections(client_id, security.channel_factory())
         self._metadata = MetadataManager(
             parse_bootstrap(bootstrap_servers), self._conns, loop=self._io.loop,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,

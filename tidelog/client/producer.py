@@ -56,6 +56,7 @@ from tidelog.errors import (
     TidelogError,
 )
 from tidelog.metadata.topic_names import validate_topic_name
+from tidelog.tls import ClientSecurity
 
 __all__ = ["Producer", "ProducerSenderError"]
 
@@ -103,6 +104,10 @@ class Producer:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 300_000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str = "",
+        ssl_certfile: str = "",
+        ssl_keyfile: str = "",
     ) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 'all', 0 or 1, got {acks!r}")
@@ -147,7 +152,8 @@ class Producer:
             retry_backoff_max_ms=retry_backoff_max_ms,
         )
         self._io = io_thread()
-        self._conns = Connections(client_id)
+        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self._conns = Connections(client_id, security.channel_factory())
         self._metadata = MetadataManager(
             self._bootstrap, self._conns, loop=self._io.loop,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,

@@ -1,0 +1,107 @@
+"""TLS files, the node's [tls] table, the clients' security options, and the certificates
+tidelog.certs makes: every mistake is one line naming the file or key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from tidelog.certs import issue, make_ca
+from tidelog.cli import cli
+from tidelog.config import parse_config
+from tidelog.errors import InvalidConfigError
+from tidelog.tls import ClientSecurity, TlsFiles, server_credentials
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Path:
+    ca = make_ca()
+    node = issue(ca, "broker-101", hosts=("10.0.0.21", "broker-101.example"))
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    (tmp_path / "node.crt").write_bytes(node.cert_pem)
+    (tmp_path / "node.key").write_bytes(node.key_pem)
+    (tmp_path / "node.key").chmod(0o600)
+    return tmp_path
+
+
+def config(pki: Path, **tls: str) -> str:
+    table = {"ca_file": str(pki / "ca.crt"), "cert_file": str(pki / "node.crt"),
+             "key_file": str(pki / "node.key")} | tls
+    lines = "\n".join(f'{k} = "{v}"' for k, v in table.items())
+    return ("node_id = 101\nroles = [\"broker\"]\ndata_dir = \"/tmp/x\"\n"
+            "[[controller.voters]]\nid = 1\nhost = \"127.0.0.1\"\n[tls]\n" + lines + "\n")
+
+
+def test_a_tls_config_loads(pki: Path) -> None:
+    cfg = parse_config(config(pki, client_auth="required"))
+    assert cfg.tls.enabled and cfg.tls.client_auth == "required"
+    assert server_credentials(cfg.tls.files(), client_auth="required", where="x") is not None
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"cert_file": ""}, "tls.cert_file is empty: TLS needs ca_file, cert_file and key_file"),
+    ({"ca_file": "/nope/ca.crt"}, "cannot read tls CA file /nope/ca.crt: No such file"),
+    ({"client_auth": "sometimes"}, "tls.client_auth must be one of none, requested, required"),
+    ({"client_listener": "plaintext"}, 'tls.client_listener = "plaintext" is allowed only on '
+                                       "loopback, and broker.listen_host is '0.0.0.0'"),
+])
+def test_tls_mistakes_are_one_line(pki: Path, change: dict[str, str], message: str) -> None:
+    text = config(pki, **change)
+    if "client_listener" in change:
+        text = text.replace("[tls]", "[broker]\nlisten_host = \"0.0.0.0\"\n[tls]").replace(
+            "data_dir", 'cluster_secret_file = ""\ndata_dir')
+    with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(")):
+        parse_config(text)
+
+
+def test_a_key_others_can_read_and_a_file_without_pem_are_refused(pki: Path) -> None:
+    (pki / "node.key").chmod(0o644)
+    with pytest.raises(InvalidConfigError, match=r"is readable by others .* chmod 600 it"):
+        TlsFiles(str(pki / "ca.crt"), str(pki / "node.crt"), str(pki / "node.key")).check("tls")
+    (pki / "junk.crt").write_text("hello")
+    with pytest.raises(InvalidConfigError, match="holds no PEM certificate"):
+        TlsFiles(str(pki / "junk.crt")).check("tls")
+
+
+def test_client_security_options(pki: Path) -> None:
+    assert not ClientSecurity().channel_factory().secure
+    secure = ClientSecurity("SSL", str(pki / "ca.crt"), str(pki / "node.crt"),
+                            str(pki / "node.key"))
+    assert secure.channel_factory().secure
+    with pytest.raises(ValueError, match="security_protocol must be one of"):
+        ClientSecurity("SASL_PLAINTEXT")
+    with pytest.raises(ValueError, match="set security_protocol='SSL'"):
+        ClientSecurity("PLAINTEXT", ssl_cafile=str(pki / "ca.crt"))
+    with pytest.raises(InvalidConfigError, match="give both a certificate and its key"):
+        ClientSecurity("SSL", str(pki / "ca.crt"), str(pki / "node.crt"))
+
+
+def test_certificates_name_their_hosts_and_chain_to_the_ca(pki: Path) -> None:
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((pki / "node.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.21"]
+    assert sans.get_values_for_type(x509.DNSName) == ["broker-101.example"]
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert set(usages) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+
+
+def test_security_init_makes_a_ca_once_and_reuses_it(tmp_path: Path) -> None:
+    runner = CliRunner()
+    first = runner.invoke(cli, ["security", "init", "--out", str(tmp_path), "--node",
+                                "broker-101=127.0.0.1", "--client", "alice"])
+    assert first.exit_code == 0, first.output
+    ca = (tmp_path / "ca.crt").read_bytes()
+    assert (tmp_path / "alice.key").stat().st_mode & 0o077 == 0
+    again = runner.invoke(cli, ["security", "init", "--out", str(tmp_path), "--client", "bob"])
+    assert again.exit_code == 0 and "reusing the CA" in again.output
+    assert (tmp_path / "ca.crt").read_bytes() == ca
+    bob = x509.load_pem_x509_certificate((tmp_path / "bob.crt").read_bytes())
+    bob.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    bad = runner.invoke(cli, ["security", "init", "--out", str(tmp_path), "--node", "x"])
+    assert bad.exit_code == 2 and "give NAME=HOST[,HOST...]" in bad.stderr
