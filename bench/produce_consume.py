@@ -19,6 +19,11 @@ the cluster as local processes, then measures twice, in the same run (100-byte v
 
 ``--modes`` picks the modes to run (default: all three, in that order).
 
+``--tls`` runs the ``client`` mode a second time, in the same run, against a second cluster with
+``[tls]`` on every node (certificates from tidelog.certs; the client listener TLS without client
+certificates, the inter-broker and controller listeners mutual TLS) and a client with
+``security_protocol="SSL"``: section ``client_tls``, and ``tls_vs_plaintext`` the ratios.
+
 Servers and the load share the machine's cores, as in the issue's reference figures. Every phase
 is bounded by ``--records`` and ``--seconds`` (raw phases by ``--raw-seconds``), so the default
 run takes about a minute and a half. Prints readable lines and a final JSON line, which says for
@@ -186,9 +191,10 @@ def meets(section: dict[str, Any]) -> dict[str, bool]:
 
 def produce(bootstrap: str, topic: str, *, acks: Any, records: int, seconds: float,
             linger_ms: int = 5, batch_size: int = 256 * 1024,
-            send_many: bool = False) -> dict[str, float]:
+            send_many: bool = False, sec: dict[str, str] | None = None) -> dict[str, float]:
     values = [VALUE] * 1000
-    with Producer(bootstrap, acks=acks, linger_ms=linger_ms, batch_size=batch_size) as p:
+    with Producer(bootstrap, acks=acks, linger_ms=linger_ms, batch_size=batch_size,
+                  **(sec or {})) as p:
         started = time.perf_counter()
         deadline = started + seconds
         sent = 0
@@ -205,8 +211,8 @@ def produce(bootstrap: str, topic: str, *, acks: Any, records: int, seconds: flo
 
 
 def consume(bootstrap: str, topic: str, *, partitions: int, records: int,
-            seconds: float) -> dict[str, float]:
-    with Consumer(bootstrap, max_poll_records=10_000) as c:
+            seconds: float, sec: dict[str, str] | None = None) -> dict[str, float]:
+    with Consumer(bootstrap, max_poll_records=10_000, **(sec or {})) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
         c.seek_to_beginning(*c.assignment())
         started = time.perf_counter()
@@ -218,11 +224,12 @@ def consume(bootstrap: str, topic: str, *, partitions: int, records: int,
     return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(got / elapsed)}
 
 
-def end_to_end(bootstrap: str, topic: str, *, seconds: float) -> dict[str, float]:
+def end_to_end(bootstrap: str, topic: str, *, seconds: float,
+               sec: dict[str, str] | None = None) -> dict[str, float]:
     """Send at E2E_RATE with the send time in the value; a consumer thread measures arrival."""
     latencies_ms: list[float] = []
     stop = threading.Event()
-    with Consumer(bootstrap, fetch_max_wait_ms=100) as c:
+    with Consumer(bootstrap, fetch_max_wait_ms=100, **(sec or {})) as c:
         c.assign([TopicPartition(topic, 0)])
         c.seek_to_end(*c.assignment())
         c.position(TopicPartition(topic, 0))
@@ -235,7 +242,7 @@ def end_to_end(bootstrap: str, topic: str, *, seconds: float) -> dict[str, float
 
         thread = threading.Thread(target=reader, daemon=True)
         thread.start()
-        with Producer(bootstrap, acks="all", linger_ms=0) as p:
+        with Producer(bootstrap, acks="all", linger_ms=0, **(sec or {})) as p:
             interval = 1.0 / E2E_RATE
             started = time.perf_counter()
             n = 0
@@ -257,24 +264,26 @@ def end_to_end(bootstrap: str, topic: str, *, seconds: float) -> dict[str, float
             "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 2) if lat else -1}
 
 
+def make_topics(bootstrap: str, sec: dict[str, str] | None = None) -> None:
+    isr2 = {"min.insync.replicas": "2"}
+    with Admin(bootstrap, **(sec or {})) as admin:
+        admin.create_topics([
+            NewTopic("rf1", num_partitions=PARTITIONS, replication_factor=1),
+            NewTopic("rf3", num_partitions=PARTITIONS, replication_factor=3, configs=isr2),
+            NewTopic("raw-rf1", num_partitions=PARTITIONS, replication_factor=1),
+            NewTopic("raw-rf3", num_partitions=PARTITIONS, replication_factor=3, configs=isr2),
+            NewTopic("e2e", num_partitions=1, replication_factor=3, configs=isr2),
+        ]).all()
+    time.sleep(1.0)  # leaders take over their partitions
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tidelog-bench-") as tmp:
-        cluster = LocalCluster.create(tmp, controllers=3, brokers=3)
+        cluster = LocalCluster.create(f"{tmp}/plain", controllers=3, brokers=3)
+        out: dict[str, Any] = {}
         with cluster.running():
             bootstrap = cluster.bootstrap
-            isr2 = {"min.insync.replicas": "2"}
-            with Admin(bootstrap) as admin:
-                admin.create_topics([
-                    NewTopic("rf1", num_partitions=PARTITIONS, replication_factor=1),
-                    NewTopic("rf3", num_partitions=PARTITIONS, replication_factor=3,
-                             configs=isr2),
-                    NewTopic("raw-rf1", num_partitions=PARTITIONS, replication_factor=1),
-                    NewTopic("raw-rf3", num_partitions=PARTITIONS, replication_factor=3,
-                             configs=isr2),
-                    NewTopic("e2e", num_partitions=1, replication_factor=3, configs=isr2),
-                ]).all()
-            time.sleep(1.0)  # leaders take over their partitions
-            out: dict[str, Any] = {}
+            make_topics(bootstrap)
             if "broker_raw" in args.modes:
                 out["broker_raw"] = broker_raw(bootstrap, records=args.records * 10,
                                                seconds=args.raw_seconds)
@@ -282,23 +291,60 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["client"] = client(bootstrap, args)
             if "client_send_many" in args.modes:
                 out["client_send_many"] = client_send_many(bootstrap, args)
+        if args.tls:
+            out["client_tls"] = client_tls(f"{tmp}/tls", args)
+            if "client" in out:
+                out["tls_vs_plaintext"] = {
+                    k: round(out["client_tls"][k]["records_per_s"]
+                             / out["client"][k]["records_per_s"], 2)
+                    for k in ("produce_rf1_acks1", "produce_rf3_acks_all", "consume")}
+    meets_from = {k: v for k, v in out.items() if k != "tls_vs_plaintext"}
     return {
         "bench": "produce_consume", "value_bytes": len(VALUE), **out,
         "targets": TARGETS,
-        "meets_targets": {mode: meets(section) for mode, section in out.items()},
+        "meets_targets": {mode: meets(section) for mode, section in meets_from.items()},
         "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()},
     }
 
 
-def client(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
-    rf1 = produce(bootstrap, "rf1", acks=1, records=args.records, seconds=args.seconds)
+def client_tls(base: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The client phases against a cluster with TLS on every listener."""
+    from pathlib import Path
+
+    from tidelog.certs import issue, make_ca
+
+    pki = Path(base) / "pki"
+    pki.mkdir(parents=True)
+    ca = make_ca()
+    (pki / "ca.crt").write_bytes(ca.cert_pem)
+    names = [f"controller-{i}" for i in (1, 2, 3)] + [f"broker-{i}" for i in (1, 2, 3)]
+    for name in names:
+        cert = issue(ca, name, hosts=("127.0.0.1",))
+        (pki / f"{name}.crt").write_bytes(cert.cert_pem)
+        (pki / f"{name}.key").write_bytes(cert.key_pem)
+        (pki / f"{name}.key").chmod(0o600)
+    tls = {"ca_file": str(pki / "ca.crt"), "cert_file": f"{pki}/{{name}}.crt",
+           "key_file": f"{pki}/{{name}}.key"}
+    cluster = LocalCluster.create(f"{base}/cluster", controllers=3, brokers=3,
+                                  overrides={"tls": tls})
+    sec = {"security_protocol": "SSL", "ssl_cafile": str(pki / "ca.crt")}
+    with cluster.running():
+        make_topics(cluster.bootstrap, sec)
+        print("TLS cluster:")
+        return client(cluster.bootstrap, args, sec)
+
+
+def client(bootstrap: str, args: argparse.Namespace,
+           sec: dict[str, str] | None = None) -> dict[str, Any]:
+    rf1 = produce(bootstrap, "rf1", acks=1, records=args.records, seconds=args.seconds, sec=sec)
     print(f"produce RF=1 acks=1: {rf1['records_per_s']:,} records/s")
-    rf3 = produce(bootstrap, "rf3", acks="all", records=args.records, seconds=args.seconds)
+    rf3 = produce(bootstrap, "rf3", acks="all", records=args.records, seconds=args.seconds,
+                  sec=sec)
     print(f"produce RF=3 acks=all: {rf3['records_per_s']:,} records/s")
     cons = consume(bootstrap, "rf1", partitions=PARTITIONS, records=int(rf1["records"]),
-                   seconds=args.seconds)
+                   seconds=args.seconds, sec=sec)
     print(f"consume: {cons['records_per_s']:,} records/s")
-    e2e = end_to_end(bootstrap, "e2e", seconds=min(10.0, args.seconds))
+    e2e = end_to_end(bootstrap, "e2e", seconds=min(10.0, args.seconds), sec=sec)
     print(f"end-to-end at {E2E_RATE}/s RF=3 acks=all: p50 {e2e['p50_ms']} ms, "
           f"p99 {e2e['p99_ms']} ms")
     return {"produce_rf1_acks1": rf1, "produce_rf3_acks_all": rf3, "consume": cons,
@@ -326,6 +372,9 @@ def main() -> None:
     parser.add_argument("--modes", type=lambda v: v.split(","),
                         default=["broker_raw", "client", "client_send_many"],
                         help="comma-separated: broker_raw, client, client_send_many")
+    parser.add_argument("--tls", action="store_true",
+                        help="also run the client phases against a cluster with TLS on every "
+                             "listener (section client_tls)")
     args = parser.parse_args()
     unknown = set(args.modes) - {"broker_raw", "client", "client_send_many"}
     if unknown:

@@ -155,3 +155,26 @@ def test_a_renewed_certificate_is_served_without_a_restart(cluster: ClusterHarne
     # Clients keep working across the renewal.
     with Admin(bootstrap(cluster), **ssl_options(pki)) as admin:
         assert "secure" in admin.list_topics() or admin.list_topics() is not None
+
+
+def test_the_cli_reads_brokers_and_tls_settings_from_a_profile(
+        cluster: ClusterHarness, pki: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tidelog.cli import cli
+
+    profile = tmp_path / "profile.toml"
+    profile.write_text(f'brokers = "{bootstrap(cluster)}"\nsecurity_protocol = "SSL"\n'
+                       f'ssl_cafile = "{pki / "ca.crt"}"\nssl_certfile = "{pki / "alice.crt"}"\n'
+                       f'ssl_keyfile = "{pki / "alice.key"}"\n')
+    runner = CliRunner(env={"TIDELOG_PROFILE": str(profile), "TIDELOG_BROKERS": None})
+    created = runner.invoke(cli, ["topic", "create", "via-cli", "-p", "1", "-r", "2"])
+    assert created.exit_code == 0, created.output
+    produced = runner.invoke(cli, ["topic", "produce", "via-cli"], input="hello\nworld\n")
+    assert produced.exit_code == 0, produced.output
+    consumed = runner.invoke(cli, ["topic", "consume", "via-cli", "--from-beginning", "-n", "2"])
+    assert consumed.exit_code == 0 and consumed.output.split() == ["hello", "world"]
+    profile.write_text(profile.read_text().replace("alice.crt", "nobody.crt"))
+    broken = runner.invoke(cli, ["topic", "list"])
+    assert broken.exit_code == 2
+    assert "profile: INVALID_CONFIG: cannot read ssl certificate file" in broken.stderr

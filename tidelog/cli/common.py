@@ -40,6 +40,7 @@ __all__ = [
     "OneLineGroup",
     "admin_client",
     "brokers_option",
+    "client_options",
     "echo_json",
     "error_line",
     "exit_code_for",
@@ -188,8 +189,54 @@ def raise_item_errors(errors: Mapping[Any, TidelogError], what: Callable[[Any], 
 # ======================================================================= options
 def brokers_option(f: Any) -> Any:
     return click.option(
-        "--brokers", envvar=BROKERS_ENV, default=DEFAULT_BROKERS, show_default=True,
+        "--brokers", envvar=BROKERS_ENV, default=lambda: profile().get("brokers", DEFAULT_BROKERS),
+        show_default=f"the profile's brokers, else {DEFAULT_BROKERS}",
         show_envvar=True, metavar="HOST:PORT,…", help="brokers to bootstrap from")(f)
+
+
+# ======================================================================= the profile
+#: A TOML file of connection settings, as rpk's profiles: ``brokers`` and the client's security
+#: options (Kafka's names in snake_case). ``$TIDELOG_PROFILE`` names it; else this path is read
+#: when it exists.
+PROFILE_ENV = "TIDELOG_PROFILE"
+PROFILE_DEFAULT = "~/.config/tidelog/profile.toml"
+PROFILE_KEYS = ("brokers", "security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+
+
+def profile() -> dict[str, str]:
+    """The profile's settings ({} without one); a broken profile is one error line."""
+    import os
+    import tomllib
+    from pathlib import Path
+
+    named = os.environ.get(PROFILE_ENV)
+    path = Path(named or PROFILE_DEFAULT).expanduser()
+    if not named and not path.exists():
+        return {}
+    try:
+        table = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise CliError(f"cannot read profile {path} (${PROFILE_ENV}): {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CliError(f"profile {path} is not valid TOML: {e}") from None
+    unknown = sorted(set(table) - set(PROFILE_KEYS))
+    if unknown or not all(isinstance(v, str) for v in table.values()):
+        raise CliError(f"profile {path}: keys are strings among {', '.join(PROFILE_KEYS)}"
+                       + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return dict(table)
+
+
+def client_options() -> dict[str, str]:
+    """The profile's security options, for Producer, Consumer and Admin."""
+    from tidelog.errors import InvalidConfigError
+    from tidelog.tls import ClientSecurity
+
+    options = {k: v for k, v in profile().items() if k != "brokers"}
+    try:
+        ClientSecurity(**options)  # one line now for a missing file or a bad protocol
+    except (ValueError, InvalidConfigError) as e:
+        raise CliError(f"profile: {e}") from None
+    return options
 
 
 def timeout_option(f: Any) -> Any:
@@ -256,7 +303,8 @@ def admin_client(brokers: str, timeout_ms: int, what: str) -> Iterator[Admin]:
     check_reachable(bootstrap, brokers)
     try:
         with Admin(bootstrap, request_timeout_ms=min(timeout_ms, REQUEST_TIMEOUT_MS_MAX),
-                   default_api_timeout_ms=timeout_ms, client_id="tidelog-cli") as admin:
+                   default_api_timeout_ms=timeout_ms, client_id="tidelog-cli",
+                   **client_options()) as admin:
             yield admin
     except TidelogError as e:
         raise fail(what, e, brokers) from None

@@ -38,6 +38,7 @@ from tidelog.cli.common import (
     OneLineCommand,
     admin_client,
     brokers_option,
+    client_options,
     fail,
     parse_brokers,
     parse_pairs,
@@ -170,7 +171,8 @@ def _send_lines(name: str, source: BinaryIO, *, key_separator: str | None,
                       linger_ms=PRODUCE_LINGER_MS, batch_size=PRODUCE_BATCH_BYTES,
                       max_block_ms=timeout_ms, request_timeout_ms=request_timeout_ms,
                       delivery_timeout_ms=max(timeout_ms,
-                                              request_timeout_ms + PRODUCE_LINGER_MS)) as producer:
+                                              request_timeout_ms + PRODUCE_LINGER_MS),
+                      **client_options()) as producer:
             # Bounded by the input: one send per line, none waits for an acknowledgement.
             for raw in source:
                 if deliveries.first_error is not None:
@@ -305,7 +307,8 @@ def _consume(name: str, partitions: list[int], start: tuple[str, int], *, num: i
 
     tps = [TopicPartition(name, p) for p in partitions]
     with Consumer(parse_brokers(brokers), auto_offset_reset="earliest",
-                  client_id="tidelog-cli", request_timeout_ms=TIMEOUT_MS_DEFAULT) as consumer:
+                  client_id="tidelog-cli", request_timeout_ms=TIMEOUT_MS_DEFAULT,
+                  **client_options()) as consumer:
         consumer.assign(tps)
         _seek(consumer, tps, start)
         _poll_loop(consumer, num=num, idle_timeout_ms=idle_timeout_ms, write=write,
@@ -392,7 +395,8 @@ def _consume_group(name: str, group: str, reset: str, *, num: int | None,
 
     with _StopOnSignal() as stop, Consumer(
             parse_brokers(brokers), group_id=group, auto_offset_reset=reset,  # type: ignore[arg-type]
-            client_id="tidelog-cli", request_timeout_ms=TIMEOUT_MS_DEFAULT) as consumer:
+            client_id="tidelog-cli", request_timeout_ms=TIMEOUT_MS_DEFAULT,
+            **client_options()) as consumer:
         consumer.subscribe([name])
 
         def write_or_rewind(records: list[ConsumerRecord]) -> None:
