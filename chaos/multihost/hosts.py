@@ -36,8 +36,9 @@ STOP_TIMEOUT_S = 30.0
 
 def inventory_text(plan: NetnsPlan, workdir: Path) -> str:
     """The inventory of the run: each host at its namespace's address, in a rack of its own
-    (racks r1..r3, a controller and a broker in each), files under ``workdir``."""
-    lines = ['cluster_id = "generate"', 'cluster_secret_file = "generate"',
+    (racks r1..r3, a controller and a broker in each), TLS on every listener (the renderer
+    makes the CA and the certificates), files under ``workdir``."""
+    lines = ['cluster_id = "generate"', 'cluster_secret_file = "generate"', "tls = true",
              f'config_dir = "{workdir}/etc/tidelog"', f'data_root = "{workdir}/data"',
              f'install_prefix = "{Path(sys.executable).parent.parent}"', ""]
     for i, host in enumerate(HOSTS):
@@ -52,12 +53,12 @@ def inventory_text(plan: NetnsPlan, workdir: Path) -> str:
 def install(inv: Inventory, rendered: Path) -> None:
     """What ``rsync -a hosts/<host>/ <host>:/`` does on real hosts: each host's config files
     into the config dir (the hosts share this machine's file system, and their file names
-    differ: only the identical cluster secret is written more than once); data dirs 0700."""
+    differ: only the identical cluster secret and CA certificate are written more than once);
+    data dirs 0700."""
     target = Path(inv.config_dir)
-    target.mkdir(parents=True, exist_ok=True)
     for host in inv.hosts:
-        for src in (rendered / "hosts" / host.name / inv.config_dir.lstrip("/")).iterdir():
-            shutil.copy2(src, target / src.name)
+        shutil.copytree(rendered / "hosts" / host.name / inv.config_dir.lstrip("/"), target,
+                        dirs_exist_ok=True)
         for node in host.nodes:
             Path(node.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
 

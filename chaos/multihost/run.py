@@ -18,6 +18,7 @@ from chaos.multihost.prometheus import Prometheus, dashboard_expressions
 from chaos.netns.plan import NetnsPlan
 from tidelog.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tidelog.deploy.writer import default_rules_dir, render_to
+from tidelog.errors import TidelogError
 
 __all__ = ["DOWN_HOST", "run"]
 
@@ -72,7 +73,11 @@ def run(plan: NetnsPlan, workdir: Path) -> dict[str, Any]:
         step("every node ready (/readyz), Prometheus up")
         bootstrap = ",".join(f"{inv.host(n.host).address}:{n.ports.client}"
                              for n in inv.brokers)
-        _workload(plan, bootstrap, prometheus, step, report)
+        tls = workdir / "rendered" / "tls"
+        # The operator's client: TLS, verifying the brokers against the rendered CA.
+        sec: dict[str, Any] = {"security_protocol": "SSL", "ssl_cafile": str(tls / "ca.crt"),
+               "ssl_certfile": str(tls / "admin.crt"), "ssl_keyfile": str(tls / "admin.key")}
+        _workload(plan, bootstrap, sec, prometheus, step, report)
         _check_prometheus(prometheus, step, report)
         report["ok"] = not report.get("failures")
     finally:
@@ -88,15 +93,18 @@ def run(plan: NetnsPlan, workdir: Path) -> dict[str, Any]:
     return report
 
 
-def _workload(plan: NetnsPlan, bootstrap: str, prometheus: Prometheus, step: Step,
-              report: dict[str, Any]) -> None:
+def _workload(plan: NetnsPlan, bootstrap: str, sec: dict[str, Any], prometheus: Prometheus,
+              step: Step, report: dict[str, Any]) -> None:
     failures = report.setdefault("failures", [])
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, **sec) as admin:
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3,
                                       configs={"min.insync.replicas": "2"})]).all()
-    step(f"created {TOPIC}: {PARTITIONS} partitions, RF 3, min.insync.replicas 2")
+    step(f"created {TOPIC} over TLS: {PARTITIONS} partitions, RF 3, min.insync.replicas 2")
+    report["plaintext_refused"] = _plaintext_refused(bootstrap)
+    if not report["plaintext_refused"]:
+        failures.append("a plaintext client was served by a TLS listener")
     acked: set[bytes] = set()
-    with Producer(bootstrap) as producer:  # the defaults: acks=all, idempotent
+    with Producer(bootstrap, **sec) as producer:  # the defaults: acks=all, idempotent
         _produce(producer, range(RECORDS_BEFORE), acked)
         step(f"produced {len(acked)} records with acks=all, all acknowledged")
         set_link(plan, DOWN_HOST, up=False)
@@ -112,24 +120,34 @@ def _workload(plan: NetnsPlan, bootstrap: str, prometheus: Prometheus, step: Ste
                 failures.append(f"TidelogBrokerDown fired for {fired}, not {DOWN_HOST}")
         else:
             failures.append(f"TidelogBrokerDown did not fire within {LINK_DOWN_MAX_S:.0f} s")
-        report["while_down"] = _evidence(bootstrap)
+        report["while_down"] = _evidence(bootstrap, sec)
         step(f"while {DOWN_HOST} was cut off: {report['while_down']}")
         set_link(plan, DOWN_HOST, up=True)
         step(f"brought {DOWN_HOST}'s link back")
         _produce(producer, range(10**6, 10**6 + BATCH), acked)
     report["acknowledged"] = len(acked)
-    full = _wait_full_isr(bootstrap, 90)
+    full = _wait_full_isr(bootstrap, sec, 90)
     step(f"every partition has its full ISR again after {full:.1f} s" if full is not None
          else "the ISR did not fill within 90 s")
     if full is None:
         failures.append("the downed broker did not rejoin every ISR within 90 s")
-    read = _read_all(bootstrap)
+    read = _read_all(bootstrap, sec)
     lost = acked - read
     report.update(read=len(read), lost=len(lost))
     step(f"read back {len(read)} distinct records; lost acknowledged records: {len(lost)}")
     if lost:
         failures.append(f"{len(lost)} acknowledged records are missing, e.g. "
                         f"{sorted(lost)[:3]}")
+
+
+def _plaintext_refused(bootstrap: str) -> bool:
+    """Whether a client without TLS is refused by the brokers' TLS listeners."""
+    try:
+        with Admin(bootstrap, default_api_timeout_ms=2000, request_timeout_ms=1000) as admin:
+            admin.list_topics()
+    except TidelogError:
+        return True
+    return False
 
 
 def _produce(producer: Producer, ids: range, acked: set[bytes]) -> None:
@@ -154,20 +172,20 @@ def _produce_until(producer: Producer, acked: set[bytes],
     return fired()
 
 
-def _evidence(bootstrap: str) -> dict[str, int]:
+def _evidence(bootstrap: str, sec: dict[str, Any]) -> dict[str, int]:
     """What the cluster made of the cut: partitions the downed broker still led, and ISRs it
     was still in (both 0 once its session expired and its followers fell out)."""
     down_id = 100 + BROKER_HOSTS.index(DOWN_HOST) + 1
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, **sec) as admin:
         desc = admin.describe_topics([TOPIC], include_offsets=False).all()[TOPIC]
     return {"broker_id": down_id,
             "partitions_it_leads": sum(p.leader == down_id for p in desc.partitions),
             "isrs_it_is_in": sum(down_id in p.isr for p in desc.partitions)}
 
 
-def _wait_full_isr(bootstrap: str, timeout_s: float) -> float | None:
+def _wait_full_isr(bootstrap: str, sec: dict[str, Any], timeout_s: float) -> float | None:
     started = time.monotonic()
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, **sec) as admin:
         while time.monotonic() - started < timeout_s:
             desc = admin.describe_topics([TOPIC], include_offsets=False).all()[TOPIC]
             if all(len(p.isr) == len(p.replicas) for p in desc.partitions):
@@ -176,12 +194,12 @@ def _wait_full_isr(bootstrap: str, timeout_s: float) -> float | None:
     return None
 
 
-def _read_all(bootstrap: str) -> set[bytes]:
-    with Admin(bootstrap) as admin:
+def _read_all(bootstrap: str, sec: dict[str, Any]) -> set[bytes]:
+    with Admin(bootstrap, **sec) as admin:
         desc = admin.describe_topics([TOPIC]).all()[TOPIC]
     ends = {p.partition: p.high_watermark for p in desc.partitions}
     seen: set[bytes] = set()
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+    with Consumer(bootstrap, auto_offset_reset="earliest", **sec) as consumer:
         tps = [TopicPartition(TOPIC, p) for p in ends]
         consumer.assign(tps)
         deadline = time.monotonic() + 60

@@ -30,11 +30,13 @@ def test_a_rendered_cluster_on_six_hosts_loses_nothing_and_alerts(tmp_path: Path
                            str(tmp_path)], capture_output=True, text=True, timeout=450,
                           check=False)
     print(done.stdout[-6000:], done.stderr[-3000:])
-    assert done.stdout.strip(), done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    assert last.startswith("{"), f"the run ended without its report: {done.stderr[-3000:]}"
+    report = json.loads(last)
     assert report["failures"] == [] and done.returncode == 0
     assert report["ok"] is True
     # Nothing acknowledged was lost, and the fault really cut the broker off.
+    assert report["plaintext_refused"] is True  # every listener is TLS
     assert report["lost"] == 0 and report["read"] >= report["acknowledged"] > 2_000
     assert report["while_down"]["partitions_it_leads"] == 0
     assert report["while_down"]["isrs_it_is_in"] == 0

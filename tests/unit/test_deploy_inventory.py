@@ -6,6 +6,8 @@ accepts, binding exactly the addresses the inventory gives; re-rendering keeps t
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import stat
 import tomllib
 from pathlib import Path
@@ -123,9 +125,8 @@ def test_rendered_configs_load_and_bind_where_the_inventory_says(tmp_path: Path)
     # "Install" every host's files into config_dir, as rsync to / would.
     (tmp_path / "etc").mkdir()
     for h in inv.hosts:
-        for f in (tmp_path / "out/hosts" / h.name / str(tmp_path / "etc").lstrip("/")).iterdir():
-            (tmp_path / "etc" / f.name).write_bytes(f.read_bytes())
-            (tmp_path / "etc" / f.name).chmod(f.stat().st_mode)
+        shutil.copytree(tmp_path / "out/hosts" / h.name / str(tmp_path / "etc").lstrip("/"),
+                        tmp_path / "etc", dirs_exist_ok=True)
     for node in inv.nodes:
         h = inv.host(node.host)
         cfg = load_config(tmp_path / "etc" / f"{node.name}.toml")
@@ -158,7 +159,7 @@ def test_rerendering_keeps_the_cluster_id_and_secret(tmp_path: Path) -> None:
 
 
 def test_the_scrape_config_has_a_labelled_target_per_node() -> None:
-    inv = parse_inventory(EXAMPLE.read_text())
+    inv = dataclasses.replace(parse_inventory(EXAMPLE.read_text()), tls=False)
     files = {f.path: f.content for f in render(inv, cluster_id="0" * 32, secret="s" * 43)}
     scrape = files["prometheus/prometheus.yml"]
     for node in inv.nodes:
@@ -192,3 +193,34 @@ def test_the_cli_renders(tmp_path: Path) -> None:
     cfg = tomllib.loads((tmp_path / "out/hosts/broker-a/etc/tidelog/broker-101.toml")
                         .read_text())
     assert cfg["broker"]["listen_host"] == "10.0.0.21"
+
+
+def test_a_tls_inventory_renders_certificates_naming_each_host(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    inv_file = tmp_path / "inventory.toml"
+    inv_file.write_text(f'config_dir = "{tmp_path}/etc"\n' + EXAMPLE.read_text()
+                        .replace('config_dir = "/etc/tidelog"', "")
+                        .replace('tls_client_auth = "none"', 'tls_client_auth = "required"'))
+    done = render_to(inv_file, tmp_path / "out")
+    etc = str(tmp_path / "etc").lstrip("/")
+    (tmp_path / "etc").mkdir()
+    for h in done.inventory.hosts:  # install, as rsync to / would
+        shutil.copytree(tmp_path / "out/hosts" / h.name / etc, tmp_path / "etc",
+                        dirs_exist_ok=True)
+    cfg = load_config(tmp_path / "etc/broker-101.toml")
+    assert cfg.tls.enabled and cfg.tls.client_auth == "required"
+    cert = x509.load_pem_x509_certificate((tmp_path / "etc/tls/broker-101.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sorted(str(a) for a in sans.get_values_for_type(x509.IPAddress)) == [
+        "10.0.0.21", "10.1.0.21"]
+    ca = x509.load_pem_x509_certificate((tmp_path / "out/tls/ca.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert stat.S_IMODE((tmp_path / "etc/tls/broker-101.key").stat().st_mode) == 0o600
+    profile = tomllib.loads((tmp_path / "out/profile.toml").read_text())
+    assert profile["security_protocol"] == "SSL"
+    assert profile["brokers"] == "10.0.0.21:9092,10.0.0.22:9092,10.0.0.23:9092"
+    # Rendering again keeps the CA (and renews the node certificates from it).
+    ca_pem = (tmp_path / "out/tls/ca.crt").read_bytes()
+    render_to(inv_file, tmp_path / "out")
+    assert (tmp_path / "out/tls/ca.crt").read_bytes() == ca_pem

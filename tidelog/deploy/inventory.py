@@ -130,6 +130,9 @@ class Inventory:
     install_prefix: str             # tidelog is {install_prefix}/bin/tidelog
     config_dir: str
     hosts: tuple[Host, ...]
+    #: [tls] on every node, certificates made by the renderer (docs/security.md).
+    tls: bool = False
+    tls_client_auth: str = "none"
 
     @property
     def nodes(self) -> list[Node]:
@@ -148,7 +151,7 @@ class Inventory:
 
 
 _TOP_KEYS = {"cluster_id", "cluster_secret_file", "user", "install_prefix", "config_dir",
-             "data_root", "ports", "hosts"}
+             "data_root", "ports", "hosts", "tls", "tls_client_auth"}
 _HOST_KEYS = {"name", "address", "private_address", "metrics_address", "rack", "nodes"}
 _NODE_KEYS = {"id", "roles", "ports", "data_dir"}
 
@@ -184,7 +187,8 @@ def _build(table: Mapping[str, Any], problems: list[str]) -> Inventory:
         user=_str(table, "user", "tidelog", "", problems),
         install_prefix=_str(table, "install_prefix", "/opt/tidelog", "", problems),
         config_dir=_str(table, "config_dir", "/etc/tidelog", "", problems),
-        hosts=hosts)
+        hosts=hosts, tls=_bool(table, "tls", problems),
+        tls_client_auth=_str(table, "tls_client_auth", "none", "", problems))
 
 
 def _host(raw: Mapping[str, Any], index: int, defaults: Ports, data_root: str,
@@ -260,6 +264,14 @@ def _str(raw: Mapping[str, Any], key: str, default: str, where: str,
     return value
 
 
+def _bool(raw: Mapping[str, Any], key: str, problems: list[str]) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        problems.append(f"{key} must be true or false, got {value!r}")
+        return False
+    return value
+
+
 def _unknown(raw: Mapping[str, Any], known: set[str], where: str, problems: list[str]) -> None:
     problems += [f"unknown key '{where}{k}' (known: {', '.join(sorted(known))})"
                  for k in sorted(set(raw) - known)]
@@ -282,6 +294,8 @@ def check(inv: Inventory) -> list[str]:
                         f"(tidelog storage random-uuid)")
     if not inv.hosts:
         problems.append("no [[hosts]]: list the hosts and the nodes they run")
+    if inv.tls_client_auth not in ("none", "requested", "required"):
+        problems.append(f"tls_client_auth {inv.tls_client_auth!r}: none, requested or required")
     problems += _duplicates("host name", [h.name for h in inv.hosts])
     problems += _duplicates("host address", [h.address for h in inv.hosts])
     problems += _duplicates("host private_address", [

@@ -27,12 +27,21 @@ from dataclasses import dataclass
 from tidelog.deploy.inventory import Host, Inventory, Node
 from tidelog.deploy.systemd import unit_text
 
-__all__ = ["RenderedFile", "render"]
+__all__ = ["NodeCertificates", "RenderedFile", "node_hosts", "render"]
 
 SECRET_NAME = "cluster.secret"
 #: Scrape jobs, as the alert rules and dashboards name them.
 JOBS = {"controller": "tidelog-controller", "broker": "tidelog-broker"}
 SCRAPE_INTERVAL = "15s"
+
+
+@dataclass(frozen=True)
+class NodeCertificates:
+    """The cluster's CA certificate and each node's certificate and key (PEM text), made by
+    the writer (tidelog.certs) when the inventory says ``tls = true``."""
+
+    ca_pem: str
+    nodes: Mapping[int, tuple[str, str]]   # node id -> (certificate, key)
 
 
 @dataclass(frozen=True)
@@ -44,13 +53,24 @@ class RenderedFile:
 
 def render(inv: Inventory, *, cluster_id: str, secret: str,
            rules: Mapping[str, str] | None = None,
-           scrape_interval: str = SCRAPE_INTERVAL) -> list[RenderedFile]:
-    """Every file of the deployment; ``rules`` maps rule-file names to their text."""
+           scrape_interval: str = SCRAPE_INTERVAL,
+           certs: NodeCertificates | None = None) -> list[RenderedFile]:
+    """Every file of the deployment; ``rules`` maps rule-file names to their text; ``certs``
+    (required when the inventory says ``tls = true``) go to each host's ``tls/`` directory."""
+    if inv.tls and certs is None:
+        raise ValueError("the inventory asks for TLS: give the node certificates")
     files: list[RenderedFile] = []
     for host in inv.hosts:
         root = f"hosts/{host.name}"
         files.append(RenderedFile(f"{root}{inv.config_dir}/{SECRET_NAME}", secret + "\n",
                                   0o600))
+        if inv.tls and certs is not None:
+            files.append(RenderedFile(f"{root}{inv.config_dir}/tls/ca.crt", certs.ca_pem))
+            for node in host.nodes:
+                cert, key = certs.nodes[node.id]
+                files.append(RenderedFile(f"{root}{inv.config_dir}/tls/{node.name}.crt", cert))
+                files.append(RenderedFile(f"{root}{inv.config_dir}/tls/{node.name}.key", key,
+                                          0o600))
         for node in host.nodes:
             files.append(RenderedFile(f"{root}{config_path(inv, node)}",
                                       node_config(inv, host, node, cluster_id)))
@@ -101,7 +121,19 @@ def node_config(inv: Inventory, host: Host, node: Node, cluster_id: str) -> str:
                   f"rack = {q(host.rack)}"]
     lines += ["", "[metrics]", f"host = {q(host.metrics_address)}",
               f"port = {node.ports.metrics}", ""]
+    if inv.tls:
+        tls = f"{inv.config_dir}/tls"
+        lines += ["[tls]", f"ca_file = {q(tls + '/ca.crt')}",
+                  f"cert_file = {q(f'{tls}/{node.name}.crt')}",
+                  f"key_file = {q(f'{tls}/{node.name}.key')}",
+                  f"client_auth = {q(inv.tls_client_auth)}", ""]
     return "\n".join(lines)
+
+
+def node_hosts(inv: Inventory, node: Node) -> tuple[str, ...]:
+    """What a node's certificate must name: every address of its host that anything dials."""
+    host = inv.host(node.host)
+    return tuple(dict.fromkeys((host.address, host.private_address, host.metrics_address)))
 
 
 def host_lines(inv: Inventory, host: Host, cluster_id: str) -> list[str]:
@@ -112,7 +144,8 @@ def host_lines(inv: Inventory, host: Host, cluster_id: str) -> list[str]:
              f"install <a tidelog wheel or checkout>`; "
              f"`useradd --system --home-dir /var/lib/tidelog {inv.user}`; copy this "
              f"directory to / (`rsync -a hosts/{host.name}/ root@{host.address}:/`); "
-             f"`chown {inv.user}: {inv.config_dir}/{SECRET_NAME}`"]
+             f"`chown -R {inv.user}: {inv.config_dir}` (the secret and any TLS keys: 0600, "
+             f"the node's user's)"]
     for node in host.nodes:
         lines.append(
             f"- {node.name}: `install -d -o {inv.user} -m 0700 {node.data_dir} && "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tidelog.cluster_secret import generate_secret, read_secret_file, write_secret_file
 from tidelog.deploy.inventory import GENERATE, Inventory, InventoryError, parse_inventory
-from tidelog.deploy.render import render
+from tidelog.deploy.render import NodeCertificates, node_hosts, render
 from tidelog.errors import InvalidConfigError
 
 __all__ = ["Rendered", "default_rules_dir", "render_to"]
@@ -56,9 +56,10 @@ def render_to(inventory_path: str | Path, out: str | Path, *, rules_dir: Path | 
     secret = _secret(inv, out_dir, src.parent)
     rules = {p.name: p.read_text() for p in sorted(rules_dir.glob("*.yml"))} \
         if rules_dir is not None else None
+    certs = _certificates(inv, out_dir) if inv.tls else None
     written = []
     for f in render(inv, cluster_id=cluster_id, secret=secret, rules=rules,
-                    scrape_interval=scrape_interval):
+                    scrape_interval=scrape_interval, certs=certs):
         path = out_dir / f.path
         path.parent.mkdir(parents=True, exist_ok=True)
         if f.mode == 0o600:
@@ -67,7 +68,44 @@ def render_to(inventory_path: str | Path, out: str | Path, *, rules_dir: Path | 
             path.write_text(f.content)
             os.chmod(path, f.mode)
         written.append(path)
+    if inv.tls:
+        written.append(_profile(inv, out_dir))
     return Rendered(inv, cluster_id, written, rules_dir)
+
+
+def _certificates(inv: Inventory, out_dir: Path) -> NodeCertificates:
+    """The cluster's CA (kept in OUT/tls and reused on every render) and a certificate per
+    node, issued anew on each render (so rendering again renews them), plus an ``admin``
+    client certificate for the operator's profile."""
+    from tidelog.certs import Issued, issue, make_ca
+
+    tls = out_dir / "tls"
+    tls.mkdir(exist_ok=True)
+    if (tls / "ca.crt").exists():
+        ca = Issued((tls / "ca.key").read_bytes(), (tls / "ca.crt").read_bytes())
+    else:
+        ca = make_ca(f"Tidelog CA {inv.cluster_id if inv.cluster_id != GENERATE else ''}".strip())
+        write_secret_file(tls / "ca.key", ca.key_pem.decode().strip())
+        (tls / "ca.crt").write_bytes(ca.cert_pem)
+    admin = issue(ca, "admin")
+    write_secret_file(tls / "admin.key", admin.key_pem.decode().strip())
+    (tls / "admin.crt").write_bytes(admin.cert_pem)
+    nodes = {}
+    for node in inv.nodes:
+        issued = issue(ca, node.name, hosts=node_hosts(inv, node))
+        nodes[node.id] = (issued.cert_pem.decode(), issued.key_pem.decode())
+    return NodeCertificates(ca.cert_pem.decode(), nodes)
+
+
+def _profile(inv: Inventory, out_dir: Path) -> Path:
+    """OUT/profile.toml: the brokers and the admin certificate, for ``TIDELOG_PROFILE``."""
+    tls = (out_dir / "tls").resolve()
+    brokers = ",".join(f"{inv.host(n.host).address}:{n.ports.client}" for n in inv.brokers)
+    path = out_dir / "profile.toml"
+    path.write_text(f'brokers = "{brokers}"\nsecurity_protocol = "SSL"\n'
+                    f'ssl_cafile = "{tls / "ca.crt"}"\nssl_certfile = "{tls / "admin.crt"}"\n'
+                    f'ssl_keyfile = "{tls / "admin.key"}"\n')
+    return path
 
 
 def _cluster_id(inv: Inventory, out_dir: Path) -> str:
