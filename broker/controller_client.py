@@ -81,6 +81,8 @@ SUPERSEDE_CHECK_MS = 100
 #: Backoff between attempts: doubling from the initial value, capped, with jitter.
 BACKOFF_INITIAL_MS = 50
 BACKOFF_MAX_MS = 1_000
+#: A channel opened with a certificate since renewed: how long its calls in flight may go on.
+RETIRE_GRACE_S = 30.0
 #: gRPC status codes that mean "this controller did not answer": try another one.
 RETRIABLE_STATUS = frozenset({
     grpc.StatusCode.UNAVAILABLE,
@@ -159,6 +161,8 @@ class ControllerClient:
         channels: ChannelFactory = PLAINTEXT,
     ) -> None:
         self._channel_factory = channels
+        #: The factory's generation each voter's channel was opened with.
+        self._generations: dict[int, int] = {}
         endpoints = [
             v if isinstance(v, ControllerEndpoint) else ControllerEndpoint.from_voter(v)
             for v in voters
@@ -219,10 +223,16 @@ class ControllerClient:
         return candidate
 
     def stub(self, voter_id: int) -> Any:
-        """The ControllerService stub of one voter (its channel opens on first use)."""
+        """The ControllerService stub of one voter (its channel opens on first use, and again
+        after the node's TLS files were renewed: see tidelog.tls.ChannelFactory)."""
         check(not self._closed, "the controller client is closed")
+        generation = self._channel_factory.refresh()
         stub = self._stubs.get(voter_id)
+        if stub is not None and self._generations.get(voter_id) != generation:
+            self._retire(voter_id)
+            stub = None
         if stub is None:
+            self._generations[voter_id] = generation
             endpoint = self._endpoints[voter_id]
             channel = self._channel_factory.aio(endpoint.address, CHANNEL_OPTIONS,
                                                 interceptors=self._interceptors)
@@ -230,6 +240,14 @@ class ControllerClient:
             stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
             self._stubs[voter_id] = stub
         return stub
+
+    def _retire(self, voter_id: int) -> None:
+        """Close a voter's channel opened with an old certificate: calls in flight (the
+        metadata stream) get RETIRE_GRACE_S to finish, then the callers retry on a new one."""
+        self._stubs.pop(voter_id, None)
+        channel = self._channels.pop(voter_id, None)
+        if channel is not None:
+            asyncio.get_running_loop().create_task(channel.close(RETIRE_GRACE_S))
 
     # --- what we learn about the active controller ---------------------------------------------
 

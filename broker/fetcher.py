@@ -122,10 +122,12 @@ class ReplicaTransport(Protocol):
 class _Leader:
     """A leader's channel, its unary stub and its fetch stream (when open)."""
 
-    __slots__ = ("address", "call", "channel", "open_stream", "stream_supported", "stub")
+    __slots__ = ("address", "call", "channel", "generation", "open_stream", "stream_supported",
+                 "stub")
 
     def __init__(self, address: str, channels: ChannelFactory) -> None:
         self.address = address
+        self.generation = 0  # the channel factory's, when this channel opened
         self.channel = channels.aio(address, CHANNEL_OPTIONS)
         # The leader's inter-broker listener refuses (UNAUTHENTICATED) a fetch without our
         # credential: GrpcReplicaTransport sends it with every call and stream.
@@ -163,13 +165,15 @@ class GrpcReplicaTransport:
         if endpoint is None:
             raise NetworkError(f"broker {leader_id} has no known inter-broker endpoint")
         address = f"{endpoint[0]}:{endpoint[1]}"
+        generation = self._channels.refresh()
         known = self._leaders.get(leader_id)
-        if known is not None and known.address == address:
+        if known is not None and known.address == address and known.generation == generation:
             return known
-        if known is not None:  # it re-registered elsewhere
+        if known is not None:  # it re-registered elsewhere, or our TLS files were renewed
             known.close_stream()
             asyncio.get_running_loop().create_task(known.channel.close())
         leader = self._leaders[leader_id] = _Leader(address, self._channels)
+        leader.generation = generation
         return leader
 
     async def fetch(self, leader_id: int, request: pb.FetchRequest, *,

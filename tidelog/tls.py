@@ -27,6 +27,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,8 @@ log = logging.getLogger("tidelog.tls")
 CLIENT_AUTH = ("none", "requested", "required")
 #: The client's security_protocol values (SASL_SSL comes with the authentication work).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+#: How often a channel factory looks at its files' modification times, at most.
+RELOAD_CHECK_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -181,20 +184,53 @@ class ClientSecurity:
 
 
 class ChannelFactory:
-    """Opens aio channels: TLS with ``credentials``, plaintext when they are None."""
+    """Opens aio channels: TLS with ``credentials``, plaintext when they are None.
 
-    def __init__(self, credentials: grpc.ChannelCredentials | None) -> None:
+    Built from files (:meth:`for_files`), it notices renewed files: :meth:`refresh` reloads
+    them when their modification times moved (checked at most every :data:`RELOAD_CHECK_S`)
+    and bumps :attr:`generation`; callers that keep channels open (a broker's channels to the
+    controllers and to leaders) compare generations and open new channels with the renewed
+    certificate, so a long-running node does not present an expired one when it reconnects.
+    """
+
+    def __init__(self, credentials: grpc.ChannelCredentials | None,
+                 files: TlsFiles | None = None, where: str = "") -> None:
         self.credentials = credentials
+        self._files = files
+        self._where = where
+        self._loaded = files.mtimes() if files is not None else ()
+        self._checked = time.monotonic()
+        self.generation = 0
 
     @classmethod
     def for_files(cls, files: TlsFiles, where: str) -> ChannelFactory:
-        ca, cert, key = files.read(where)
-        return cls(grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
-                                                certificate_chain=cert))
+        return cls(_channel_credentials(files.read(where)), files, where)
 
     @property
     def secure(self) -> bool:
         return self.credentials is not None
+
+    def refresh(self) -> int:
+        """Reload renewed files (see the class doc); the current generation."""
+        if self._files is None:
+            return self.generation
+        now = time.monotonic()
+        if now - self._checked < RELOAD_CHECK_S:
+            return self.generation
+        self._checked = now
+        mtimes = self._files.mtimes()
+        if mtimes == self._loaded:
+            return self.generation
+        try:
+            self.credentials = _channel_credentials(self._files.read(self._where))
+        except InvalidConfigError as e:
+            log.warning("%s: renewed TLS files not loaded, keeping the old ones: %s",
+                        self._where, e)
+            return self.generation
+        self._loaded = mtimes
+        self.generation += 1
+        log.info("%s: loaded renewed TLS certificate files for new connections", self._where)
+        return self.generation
 
     def aio(self, address: str, options: Sequence[tuple[str, Any]],
             interceptors: Sequence[Any] | None = None) -> grpc.aio.Channel:
@@ -208,6 +244,13 @@ class ChannelFactory:
         if self.credentials is None:
             return grpc.insecure_channel(address, options=list(options))
         return grpc.secure_channel(address, self.credentials, options=list(options))
+
+
+def _channel_credentials(pems: tuple[bytes, bytes | None, bytes | None]
+                         ) -> grpc.ChannelCredentials:
+    ca, cert, key = pems
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
+                                        certificate_chain=cert)
 
 
 PLAINTEXT = ChannelFactory(None)

@@ -105,3 +105,47 @@ def test_security_init_makes_a_ca_once_and_reuses_it(tmp_path: Path) -> None:
     bob.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
     bad = runner.invoke(cli, ["security", "init", "--out", str(tmp_path), "--node", "x"])
     assert bad.exit_code == 2 and "give NAME=HOST[,HOST...]" in bad.stderr
+
+
+def test_a_channel_factory_reloads_renewed_files_and_bumps_its_generation(
+        pki: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import tidelog.tls as tls
+
+    monkeypatch.setattr(tls, "RELOAD_CHECK_S", 0.0)
+    files = TlsFiles(str(pki / "ca.crt"), str(pki / "node.crt"), str(pki / "node.key"))
+    factory = tls.ChannelFactory.for_files(files, "tls")
+    first = factory.credentials
+    assert factory.refresh() == 0 and factory.credentials is first  # nothing changed
+    key = pki / "node.key"
+    os.utime(key, ns=(key.stat().st_atime_ns, key.stat().st_mtime_ns + 10**9))
+    assert factory.refresh() == 1 and factory.credentials is not first
+    # A renewal that cannot be read keeps what works.
+    (pki / "node.crt").write_text("half written")
+    assert factory.refresh() == 1
+
+
+def test_the_controller_client_reopens_channels_after_a_renewal(
+        pki: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import os
+
+    import tidelog.tls as tls
+    from broker.controller_client import ControllerClient
+    from tidelog.config import VoterConfig
+
+    monkeypatch.setattr(tls, "RELOAD_CHECK_S", 0.0)
+    files = TlsFiles(str(pki / "ca.crt"), str(pki / "node.crt"), str(pki / "node.key"))
+
+    async def run() -> None:
+        client = ControllerClient([VoterConfig(1, "127.0.0.1", 1, 2)],
+                                  channels=tls.ChannelFactory.for_files(files, "tls"))
+        first = client.stub(1)
+        assert client.stub(1) is first
+        cert = pki / "node.crt"
+        os.utime(cert, ns=(cert.stat().st_atime_ns, cert.stat().st_mtime_ns + 10**9))
+        assert client.stub(1) is not first
+        await client.close()
+
+    asyncio.run(run())
