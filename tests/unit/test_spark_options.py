@@ -248,3 +248,35 @@ def test_each_bad_sink_option_is_named_in_its_error(options: dict[str, str], opt
         parse_sink_options(options)
     assert caught.value.option == option
     assert words in str(caught.value)
+
+
+def test_tls_options_become_client_keywords() -> None:
+    from tidelog.spark.options import security_kwargs
+
+    tls = {"security.protocol": "ssl", "ssl.cafile": "/pki/ca.crt",
+           "ssl.certfile": "/pki/app.crt", "ssl.keyfile": "/pki/app.key"}
+    source = parse_source_options({"bootstrap.servers": "b:9092", "subscribe": "t", **tls},
+                                  streaming=False)
+    assert security_kwargs(source.security) == {
+        "security_protocol": "SSL", "ssl_cafile": "/pki/ca.crt",
+        "ssl_certfile": "/pki/app.crt", "ssl_keyfile": "/pki/app.key"}
+    sink = parse_sink_options({"bootstrap.servers": "b:9092", "SSL.CAFile": "/pki/ca.crt",
+                               "security.protocol": "SSL"})
+    assert security_kwargs(sink.security) == {"security_protocol": "SSL",
+                                              "ssl_cafile": "/pki/ca.crt"}
+    assert parse_sink_options({"bootstrap.servers": "b:9092"}).security == ()
+
+
+@pytest.mark.parametrize(("options", "option", "message"), [
+    ({"security.protocol": "SASL_SSL"}, "security.protocol",
+     "option 'security.protocol' must be PLAINTEXT or SSL, got 'SASL_SSL'"),
+    ({"ssl.cafile": "/ca.crt"}, "ssl.cafile",
+     "options 'ssl.*' need option 'security.protocol' = SSL"),
+    ({"security.protocol": "SSL"}, "ssl.cafile",
+     "option 'security.protocol' = SSL needs option 'ssl.cafile'"),
+])
+def test_tls_option_mistakes_name_the_option(options: dict[str, str], option: str,
+                                             message: str) -> None:
+    with pytest.raises(SparkOptionError) as e:
+        parse_sink_options({"bootstrap.servers": "b:9092", **options})
+    assert e.value.option == option and str(e.value).startswith(message)

@@ -29,7 +29,7 @@ from tidelog.errors import TidelogError
 from tidelog.spark.arrow import SinkGroup, records_to_arrow, sink_groups
 from tidelog.spark.keyhash import partitions_for_keys
 from tidelog.spark.offsets import EARLIEST, LATEST, TopicPartition
-from tidelog.spark.options import SinkOptions, SourceOptions
+from tidelog.spark.options import SinkOptions, SourceOptions, security_kwargs
 from tidelog.spark.planner import (
     PartitionInfo,
     SparkDataLossError,
@@ -128,6 +128,7 @@ def read_range(piece: InputRange, options: SourceOptions) -> Iterator[pa.RecordB
     ``kafkaConsumer.pollTimeoutMs`` fails the task with a timeout naming the partition."""
     tp = ClientTopicPartition(piece.topic, piece.partition)
     consumer = Consumer(options.bootstrap_servers, client_id="tidelog-spark-source",
+                        **security_kwargs(options.security),
                         auto_offset_reset="none" if options.fail_on_data_loss else "earliest",
                         fetch_max_wait_ms=POLL_WAIT_MS)
     try:
@@ -185,6 +186,7 @@ def write_batches(batches: Iterable[pa.RecordBatch], options: SinkOptions) -> in
     pending: collections.deque[FutureRecordMetadata] = collections.deque()
     written = 0
     with Producer(options.bootstrap_servers, client_id="tidelog-spark-sink", acks="all",
+                  **security_kwargs(options.security),
                   enable_idempotence=True, batch_size=SINK_BATCH_BYTES) as producer, \
             _without_cyclic_gc():
         for batch in batches:

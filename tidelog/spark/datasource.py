@@ -61,6 +61,7 @@ from tidelog.spark.options import (
     SourceOptions,
     parse_sink_options,
     parse_source_options,
+    security_kwargs,
 )
 from tidelog.spark.ranges import InputRange
 
@@ -144,7 +145,8 @@ class TidelogBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        with Admin(options.bootstrap_servers, client_id="tidelog-spark-driver") as admin:
+        with Admin(options.bootstrap_servers, client_id="tidelog-spark-driver",
+                   **security_kwargs(options.security)) as admin:
             infos = look_up_partitions(admin, options)
             start_ts = look_up_timestamps(admin, options,
                                           planner.timestamps_to_look_up(options.starting, infos))
@@ -181,7 +183,8 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _admin_client(self) -> Admin:
         if self._admin is None:
-            self._admin = Admin(self.options.bootstrap_servers, client_id="tidelog-spark-driver")
+            self._admin = Admin(self.options.bootstrap_servers, client_id="tidelog-spark-driver",
+                                **security_kwargs(self.options.security))
         return self._admin
 
     def _partitions(self) -> dict[TopicPartition, planner.PartitionInfo]:

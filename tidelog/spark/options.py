@@ -20,7 +20,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from tidelog.spark.offsets import (
     EARLIEST,
@@ -56,10 +56,17 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
     "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss",
     "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
     "maxTriggerDelay", "includeHeaders", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs",
+    "fetchOffset.retryIntervalMs", "security.protocol", "ssl.cafile", "ssl.certfile",
+    "ssl.keyfile",
 )}
 #: The sink's options as documented.
-SINK_OPTIONS = {name.lower(): name for name in ("bootstrap.servers", "topic", "includeHeaders")}
+SINK_OPTIONS = {name.lower(): name for name in (
+    "bootstrap.servers", "topic", "includeHeaders", "security.protocol", "ssl.cafile",
+    "ssl.certfile", "ssl.keyfile")}
+#: The client's TLS settings (tidelog.tls.ClientSecurity), Kafka's names as Spark's Kafka
+#: source takes them without ``kafka.``: option (lower case) -> client keyword.
+SECURITY_OPTIONS = {"security.protocol": "security_protocol", "ssl.cafile": "ssl_cafile",
+                    "ssl.certfile": "ssl_certfile", "ssl.keyfile": "ssl_keyfile"}
 #: Options Spark hands every data source from the query itself (a streaming query's checkpoint
 #: location and name, a save path): not the source's or sink's to check.
 SPARK_ENGINE_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
@@ -160,6 +167,8 @@ class SourceOptions:
     fetch_offset_num_retries: int
     fetch_offset_retry_interval_ms: int
     warnings: tuple[str, ...] = ()
+    #: Keyword arguments for the clients (security_protocol, ssl_*), as pairs.
+    security: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +178,7 @@ class SinkOptions:
     bootstrap_servers: tuple[str, ...]
     topic: str | None
     include_headers: bool
+    security: tuple[tuple[str, str], ...] = ()
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -215,6 +225,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         fetch_offset_retry_interval_ms=_non_negative(
             params, "fetchoffset.retryintervalms", default=DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS),
         warnings=() if streaming else _batch_warnings(params),
+        security=_security(params),
     )
 
 
@@ -226,7 +237,43 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SparkOptionError("topic", "option 'topic' is empty: give a topic name, or leave "
                                "the option out and write a 'topic' column")
     return SinkOptions(bootstrap_servers=_bootstrap_servers(params), topic=topic,
-                       include_headers=_boolean(params, "includeheaders", default=False))
+                       include_headers=_boolean(params, "includeheaders", default=False),
+                       security=_security(params))
+
+
+class SecurityKwargs(TypedDict, total=False):
+    """The clients' TLS keywords (Producer, Consumer, Admin)."""
+
+    security_protocol: str
+    ssl_cafile: str
+    ssl_certfile: str
+    ssl_keyfile: str
+
+
+def security_kwargs(pairs: tuple[tuple[str, str], ...]) -> SecurityKwargs:
+    """``SourceOptions.security`` / ``SinkOptions.security`` as keyword arguments."""
+    kwargs = SecurityKwargs()
+    for key, value in pairs:
+        kwargs[key] = value  # type: ignore[literal-required]
+    return kwargs
+
+
+def _security(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The TLS options as client keywords; the files are read when a client is made."""
+    protocol = params.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL"):
+        raise SparkOptionError("security.protocol", f"option 'security.protocol' must be "
+                               f"PLAINTEXT or SSL, got {params['security.protocol']!r}")
+    files = {k: v for k, v in params.items() if k.startswith("ssl.")}
+    if files and protocol != "SSL":
+        raise SparkOptionError(SOURCE_OPTIONS[next(iter(files))],
+                               "options 'ssl.*' need option 'security.protocol' = SSL")
+    if protocol == "SSL" and "ssl.cafile" not in files:
+        raise SparkOptionError("ssl.cafile", "option 'security.protocol' = SSL needs option "
+                               "'ssl.cafile' (the CA that verifies the brokers)")
+    pairs = [("security_protocol", protocol)]
+    pairs += [(SECURITY_OPTIONS[k], v) for k, v in sorted(files.items())]
+    return tuple(pairs) if protocol == "SSL" else ()
 
 
 def _case_insensitive(options: Mapping[str, str], known: Mapping[str, str],
