@@ -178,3 +178,24 @@ def test_the_cli_reads_brokers_and_tls_settings_from_a_profile(
     broken = runner.invoke(cli, ["topic", "list"])
     assert broken.exit_code == 2
     assert "profile: INVALID_CONFIG: cannot read ssl certificate file" in broken.stderr
+
+
+def test_cluster_quorum_reaches_a_tls_controller_with_the_profile(
+        cluster: ClusterHarness, pki: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tidelog.cli import cli
+
+    profile = tmp_path / "profile.toml"
+    profile.write_text(f'security_protocol = "SSL"\nssl_cafile = "{pki / "ca.crt"}"\n'
+                       f'ssl_certfile = "{pki / "alice.crt"}"\n'
+                       f'ssl_keyfile = "{pki / "alice.key"}"\n')
+    address = f"127.0.0.1:{cluster.node('controller-1').controller_port}"
+    runner = CliRunner(env={"TIDELOG_PROFILE": str(profile)})
+    result = runner.invoke(cli, ["cluster", "quorum", "--controller", address, "--format",
+                                 "json"])
+    assert result.exit_code == 0, result.output
+    assert '"leader_id": 1' in result.output
+    plaintext = CliRunner(env={"TIDELOG_PROFILE": None}).invoke(
+        cli, ["cluster", "quorum", "--controller", address, "--wait", "1"])
+    assert plaintext.exit_code != 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tidelog.cli.common import table
+from tidelog.cli.common import client_options, table
 from tidelog.cli.info import health, info
 from tidelog.local_cluster import LocalCluster
 
@@ -189,9 +189,10 @@ def _ask_quorum(addresses: list[str]) -> tuple[Any, list[str]]:
     from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
     errors: list[str] = []
+    channels = _controller_channels()
     for address in addresses:
         try:
-            with grpc.insecure_channel(address) as channel:
+            with channels.blocking(address) as channel:
                 stub = controller_pb2_grpc.ControllerServiceStub(channel)
                 r = stub.DescribeQuorum(controller_pb2.DescribeQuorumRequest(), timeout=2)
             if r.leader_id >= 0:
@@ -200,6 +201,14 @@ def _ask_quorum(addresses: list[str]) -> tuple[Any, list[str]]:
         except grpc.RpcError as e:
             errors.append(f"{address}: {e.code().name}")
     return None, errors
+
+
+def _controller_channels() -> Any:
+    """Plaintext, or TLS with the profile's CA and certificate: a TLS controller listener
+    wants a certificate of the cluster's CA (docs/security.md)."""
+    from tidelog.tls import ClientSecurity
+
+    return ClientSecurity(**client_options()).channel_factory()
 
 
 def _from_leader(r: Any) -> Any:
@@ -214,7 +223,8 @@ def _from_leader(r: Any) -> Any:
     if leader is None:
         return None
     try:
-        with grpc.insecure_channel(f"{leader.endpoint.host}:{leader.endpoint.port}") as ch:
+        address = f"{leader.endpoint.host}:{leader.endpoint.port}"
+        with _controller_channels().blocking(address) as ch:
             return controller_pb2_grpc.ControllerServiceStub(ch).DescribeQuorum(
                 controller_pb2.DescribeQuorumRequest(), timeout=3)
     except grpc.RpcError:
