@@ -103,7 +103,8 @@ class LocalCluster:
     @classmethod
     def create(cls, base_dir: str | Path, *, controllers: int = 3, brokers: int = 3,
                combined: int = 0, cluster_id: str | None = None,
-               overrides: dict[str, dict[str, Any]] | None = None) -> LocalCluster:
+               overrides: dict[str, dict[str, Any]] | None = None,
+               tls: bool = False) -> LocalCluster:
         """Lay out a new cluster: node specs, configs and formatted data dirs (nothing runs)."""
         import uuid
 
@@ -116,6 +117,8 @@ class LocalCluster:
         write_secret_file(cluster.secret_path, generate_secret())
         for spec in _layout(controllers=controllers, brokers=brokers, combined=combined):
             cluster.nodes[spec.name] = spec
+        if tls:
+            cluster.make_tls()
         for spec in cluster.nodes.values():
             cluster.config_path(spec.name).write_text(cluster.render_config(spec))
             format_data_dir(cluster.data_dir(spec.name), cluster_id=cluster.cluster_id,
@@ -153,6 +156,32 @@ class LocalCluster:
 
     def log_path(self, name: str) -> Path:
         return self.base_dir / f"{name}.log"
+
+    def make_tls(self) -> Path:
+        """TLS for every node (``tidelog cluster up --tls``): a CA and a certificate per node
+        in ``<dir>/pki`` (for 127.0.0.1 and localhost), an ``admin`` client certificate, the
+        ``[tls]`` override (configs must be written after), and ``<dir>/profile.toml`` for the
+        CLI; returns the profile's path."""
+        from tidelog.certs import issue, make_ca
+        from tidelog.cluster_secret import write_secret_file
+
+        pki = self.base_dir / "pki"
+        pki.mkdir(exist_ok=True)
+        ca = make_ca(f"Tidelog local CA {self.cluster_id[:8]}")
+        (pki / "ca.crt").write_bytes(ca.cert_pem)
+        for name in [*self.nodes, "admin"]:
+            cert = issue(ca, name, hosts=(HOST, "localhost"))
+            (pki / f"{name}.crt").write_bytes(cert.cert_pem)
+            write_secret_file(pki / f"{name}.key", cert.key_pem.decode().strip())
+        self.overrides["tls"] = {"ca_file": str(pki / "ca.crt"),
+                                 "cert_file": f"{pki}/{{name}}.crt",
+                                 "key_file": f"{pki}/{{name}}.key"}
+        profile = self.base_dir / "profile.toml"
+        profile.write_text(f'brokers = "{self.bootstrap}"\nsecurity_protocol = "SSL"\n'
+                           f'ssl_cafile = "{pki / "ca.crt"}"\n'
+                           f'ssl_certfile = "{pki / "admin.crt"}"\n'
+                           f'ssl_keyfile = "{pki / "admin.key"}"\n')
+        return profile
 
     def render_config(self, spec: NodeSpec) -> str:
         """The node's TOML config."""

@@ -149,3 +149,19 @@ def test_the_controller_client_reopens_channels_after_a_renewal(
         await client.close()
 
     asyncio.run(run())
+
+
+def test_a_local_tls_cluster_is_laid_out_with_certificates_and_a_profile(tmp_path: Path) -> None:
+    import tomllib
+
+    from tidelog.config import load_config
+    from tidelog.local_cluster import LocalCluster
+
+    cluster = LocalCluster.create(tmp_path / "c", controllers=1, brokers=1, tls=True)
+    for name in cluster.nodes:
+        cfg = load_config(cluster.config_path(name))
+        assert cfg.tls.enabled and cfg.tls.cert_file.endswith(f"pki/{name}.crt")
+        assert (tmp_path / "c/pki" / f"{name}.key").stat().st_mode & 0o077 == 0
+    profile = tomllib.loads((tmp_path / "c/profile.toml").read_text())
+    assert profile["brokers"] == cluster.bootstrap and profile["security_protocol"] == "SSL"
+    ClientSecurity(**{k: v for k, v in profile.items() if k != "brokers"})  # usable as is

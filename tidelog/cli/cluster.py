@@ -60,15 +60,17 @@ cluster.add_command(health)
 @_dir_option
 @click.option("--timeout", "timeout_s", default=60.0, show_default=True,
               help="seconds to wait until every node is ready")
-def up(controllers: int, brokers: int, cluster_dir: str, timeout_s: float) -> None:
+@click.option("--tls", is_flag=True, help="TLS on every listener: a CA and certificates in "
+                                          "DIR/pki, a CLI profile in DIR/profile.toml")
+def up(controllers: int, brokers: int, cluster_dir: str, timeout_s: float, tls: bool) -> None:
     """Format, configure and start a local cluster; wait until it is healthy."""
     path = Path(cluster_dir)
     if (path / "cluster.json").exists():
         c = LocalCluster.load(path)
         click.echo(f"starting the existing cluster in {path} ({len(c.nodes)} nodes)")
     else:
-        c = LocalCluster.create(path, controllers=controllers, brokers=brokers)
-        click.echo(f"created cluster {c.cluster_id} in {path}")
+        c = LocalCluster.create(path, controllers=controllers, brokers=brokers, tls=tls)
+        click.echo(f"created cluster {c.cluster_id} in {path}" + (" (TLS)" if tls else ""))
     c.start_all()
     try:
         c.wait_ready(timeout_s=timeout_s)
@@ -76,7 +78,10 @@ def up(controllers: int, brokers: int, cluster_dir: str, timeout_s: float) -> No
         raise click.ClickException(f"{e}\n(the cluster is still running: `tidelog cluster down "
                                    f"--dir {path}` stops it)") from None
     _print_status(c)
-    if c.brokers():
+    if c.brokers() and "tls" in c.overrides:
+        click.echo(f"\nbootstrap: {c.bootstrap} over TLS   (export TIDELOG_PROFILE="
+                   f"{(path / 'profile.toml').resolve()})")
+    elif c.brokers():
         click.echo(f"\nbootstrap: {c.bootstrap}   (export TIDELOG_BROKERS={c.bootstrap})")
     click.echo(f"stop it with: tidelog cluster down --dir {path}")
 
