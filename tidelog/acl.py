@@ -28,6 +28,8 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tidelog.v1 import common_pb2
+
 __all__ = [
     "CLUSTER_NAME",
     "OPERATIONS",
@@ -36,6 +38,10 @@ __all__ = [
     "AclFilter",
     "Authorizer",
     "Decision",
+    "binding_from_proto",
+    "binding_to_proto",
+    "filter_from_proto",
+    "filter_to_proto",
 ]
 
 RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id")
@@ -162,3 +168,26 @@ def _describe(b: AclBinding) -> str:
     pattern = f"{b.resource_name}*" if b.pattern_type == "prefixed" else b.resource_name
     return (f"{b.permission.upper()} {b.principal} {b.operation} on {b.resource_type} "
             f"{pattern!r} from {b.host}")
+
+
+# ------------------------------------------------------------------------------- wire forms
+_FIELDS = ("principal", "host", "resource_type", "resource_name", "pattern_type", "operation",
+           "permission")
+
+
+def binding_to_proto(b: AclBinding) -> common_pb2.AclBinding:
+    return common_pb2.AclBinding(**{f: getattr(b, f) for f in _FIELDS})
+
+
+def binding_from_proto(p: common_pb2.AclBinding) -> AclBinding:
+    """The binding a message carries (not validated: call :meth:`AclBinding.problem`)."""
+    return AclBinding(*(getattr(p, f) for f in _FIELDS))
+
+
+def filter_to_proto(f: AclFilter) -> common_pb2.AclFilter:
+    return common_pb2.AclFilter(**{k: getattr(f, k) for k in _FIELDS
+                                   if getattr(f, k) is not None})
+
+
+def filter_from_proto(p: common_pb2.AclFilter) -> AclFilter:
+    return AclFilter(*(getattr(p, k) if p.HasField(k) else None for k in _FIELDS))

@@ -178,6 +178,21 @@ class InvalidCommitOffsetSizeError(TidelogError):
     retriable = False
 
 
+class TopicAuthorizationFailedError(TidelogError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    retriable = False
+
+
+class GroupAuthorizationFailedError(TidelogError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    retriable = False
+
+
+class ClusterAuthorizationFailedError(TidelogError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    retriable = False
+
+
 class InvalidTimestampError(TidelogError):
     code = ErrorCode.INVALID_TIMESTAMP
     retriable = False

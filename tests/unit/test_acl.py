@@ -107,3 +107,13 @@ def test_filters_match_fields_given() -> None:
     assert [x for x in (a, b) if AclFilter(resource_name="t").matches(x)] == [a, b]
     assert [x for x in (a, b) if AclFilter(permission="deny").matches(x)] == [b]
     assert [x for x in (a, b) if AclFilter(principal=ALICE, operation="Write").matches(x)] == []
+
+
+def test_wire_forms_round_trip() -> None:
+    from tidelog.acl import binding_from_proto, binding_to_proto, filter_from_proto, filter_to_proto
+
+    b = acl(ALICE, "Write", "orders", pattern="prefixed", permission="deny", host="10.0.0.1")
+    assert binding_from_proto(binding_to_proto(b)) == b
+    f = AclFilter(principal=ALICE, resource_type="topic")
+    assert filter_from_proto(filter_to_proto(f)) == f
+    assert filter_from_proto(filter_to_proto(AclFilter())) == AclFilter()

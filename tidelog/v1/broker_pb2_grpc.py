@@ -110,6 +110,21 @@ class BrokerServiceStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeLogsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeLogsResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/tidelog.v1.BrokerService/CreateAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/tidelog.v1.BrokerService/DeleteAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/tidelog.v1.BrokerService/DescribeAcls',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
         self.FindCoordinator = channel.unary_unary(
                 '/tidelog.v1.BrokerService/FindCoordinator',
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
@@ -259,6 +274,26 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs: creations and deletions are forwarded to the active controller; DescribeAcls is
+        answered from this broker's metadata image.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FindCoordinator(self, request, context):
         """Consumer groups (KIP-848) and committed offsets.
         """
@@ -386,6 +421,21 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DescribeLogs,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeLogsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeLogsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsResponse.SerializeToString,
             ),
             'FindCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.FindCoordinator,
@@ -833,6 +883,87 @@ class BrokerService:
             '/tidelog.v1.BrokerService/DescribeLogs',
             tidelog_dot_v1_dot_broker__pb2.DescribeLogsRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.DescribeLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/CreateAcls',
+            tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/DeleteAcls',
+            tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/DescribeAcls',
+            tidelog_dot_v1_dot_broker__pb2.DescribeAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.DescribeAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -504,3 +504,49 @@ class FetchMetadataResponse(_message.Message):
     controller: _common_pb2.ControllerHint
     batch_record_counts: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., snapshot: _Optional[_Union[_metadata_pb2.MetadataSnapshot, _Mapping]] = ..., records: _Optional[_Iterable[_Union[_metadata_pb2.MetadataRecord, _Mapping]]] = ..., base_offset: _Optional[int] = ..., committed_offset: _Optional[int] = ..., controller: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ..., batch_record_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CreateAclsRequest(_message.Message):
+    __slots__ = ("creations",)
+    CREATIONS_FIELD_NUMBER: _ClassVar[int]
+    creations: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]
+    def __init__(self, creations: _Optional[_Iterable[_Union[_common_pb2.AclBinding, _Mapping]]] = ...) -> None: ...
+
+class CreateAclResult(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class CreateAclsResponse(_message.Message):
+    __slots__ = ("results", "controller_hint")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_HINT_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateAclResult]
+    controller_hint: _common_pb2.ControllerHint
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateAclResult, _Mapping]]] = ..., controller_hint: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ...) -> None: ...
+
+class DeleteAclsRequest(_message.Message):
+    __slots__ = ("filters",)
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    filters: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclFilter]
+    def __init__(self, filters: _Optional[_Iterable[_Union[_common_pb2.AclFilter, _Mapping]]] = ...) -> None: ...
+
+class DeleteAclsFilterResult(_message.Message):
+    __slots__ = ("error_code", "error_message", "deleted")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    deleted: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., deleted: _Optional[_Iterable[_Union[_common_pb2.AclBinding, _Mapping]]] = ...) -> None: ...
+
+class DeleteAclsResponse(_message.Message):
+    __slots__ = ("results", "controller_hint")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_HINT_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DeleteAclsFilterResult]
+    controller_hint: _common_pb2.ControllerHint
+    def __init__(self, results: _Optional[_Iterable[_Union[DeleteAclsFilterResult, _Mapping]]] = ..., controller_hint: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ...) -> None: ...

@@ -79,6 +79,16 @@ class ControllerServiceStub:
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/tidelog.v1.ControllerService/CreateAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/tidelog.v1.ControllerService/DeleteAcls',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
         self.DescribeQuorum = channel.unary_unary(
                 '/tidelog.v1.ControllerService/DescribeQuorum',
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
@@ -153,6 +163,19 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACL bindings, forwarded by brokers (Kafka's CreateAcls / DeleteAcls).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeQuorum(self, request, context):
         """Status of the Raft quorum, served by any controller from its own view.
         """
@@ -215,6 +238,16 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.AllocateProducerIds,
                     request_deserializer=tidelog_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
             ),
             'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeQuorum,
@@ -470,6 +503,60 @@ class ControllerService:
             '/tidelog.v1.ControllerService/AllocateProducerIds',
             tidelog_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
             tidelog_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.ControllerService/CreateAcls',
+            tidelog_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.ControllerService/DeleteAcls',
+            tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,
