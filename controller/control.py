@@ -39,9 +39,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from controller.managers.acl_control import AclControlManager
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.cluster_control import ClusterControlManager
-from controller.managers.common import ControllerConfig, ErrorFields, set_error
+from controller.managers.common import (
+    ControllerConfig,
+    ErrorFields,
+    error_response,
+    set_error,
+)
 from controller.managers.config_control import ConfigControlManager
 from controller.managers.partition_change import LeaderElections, count_elections
 from controller.managers.producer_id_control import ProducerIdControlManager
@@ -167,6 +173,7 @@ class ControllerLogic:
         )
         self._configs = ConfigControlManager()
         self._producer_ids = ProducerIdControlManager(self._config)
+        self._acls = AclControlManager(rng)
 
     # --- state --------------------------------------------------------------------------------
 
@@ -352,10 +359,11 @@ class ControllerLogic:
         return self._propose([], response)
 
     def _not_active(self, response: R) -> ControllerResult[R]:
-        set_error(response, NotControllerError(
-            f"controller {self._node_id} is not the active controller"
-        ))
+        set_error(response, self._not_controller_error())
         return ControllerResult((), response, self.next_offset, self._committed.offset)
+
+    def _not_controller_error(self) -> NotControllerError:
+        return NotControllerError(f"controller {self._node_id} is not the active controller")
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -426,6 +434,31 @@ class ControllerLogic:
         if not self._active:
             return self._not_active(controller_pb2.AllocateProducerIdsResponse())
         return self._propose(*self._producer_ids.allocate_producer_ids(self._image, request))
+
+    def handle_create_acls(
+        self, request: controller_pb2.CreateAclsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.CreateAclsResponse]:
+        if not self._active:
+            response = error_response(controller_pb2.CreateAclsResponse, request,
+                                      self._not_controller_error())
+            return ControllerResult((), response, self.next_offset, self._committed.offset)
+        records, response = self._acls.create_acls(self._image, request)
+        return self._propose_admin("CreateAcls", records, response, response.results)
+
+    def handle_delete_acls(
+        self, request: controller_pb2.DeleteAclsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.DeleteAclsResponse]:
+        if not self._active:
+            response = error_response(controller_pb2.DeleteAclsResponse, request,
+                                      self._not_controller_error())
+            return ControllerResult((), response, self.next_offset, self._committed.offset)
+        records, response = self._acls.delete_acls(self._image, request)
+        result = self._propose_admin("DeleteAcls", records, response, response.results)
+        if records and not result.records:
+            # Refused as too large for one batch: nothing was deleted after all.
+            for filter_result in response.results:
+                del filter_result.deleted[:]
+        return result
 
     def maybe_fence_stale_brokers(self, now_ms: int) -> ControllerResult[None]:
         """Periodic tick: fence brokers silent for longer than broker.session.timeout.ms, with

@@ -32,9 +32,15 @@ from typing import Any, TypeVar
 
 from controller.control import ControllerLogic, ControllerResult
 from controller.managers.common import ControllerConfig as LogicConfig
+from controller.managers.common import (
+    error_response,
+    response_error_code,
+    set_controller_hint,
+)
 from controller.metrics import ControllerMetrics
 from controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
 from tidelog.config import NodeConfig, VoterConfig
+from tidelog.errors import error_for_code
 from tidelog.invariants import check
 from tidelog.metadata import records as metadata_records
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
@@ -300,14 +306,14 @@ class ControllerRuntime:
             response = await self._write(handler, request, response_type)
         finally:
             self.metrics.event_queue_time.observe(time.perf_counter() - started)
-        outcome = ErrorCode.Name(getattr(response, "error_code", 0))
+        outcome = ErrorCode.Name(response_error_code(response))
         self.metrics.writes.labels(rpc, outcome).inc()
         return response
 
     async def _write(self, handler: Callable[[Any, int], ControllerResult[Resp]],
                      request: Any, response_type: type[Any]) -> Any:
         if not self.active:
-            return self._not_controller(response_type)
+            return self._not_controller(response_type, request)
         epoch = self._leader_epoch
         with self._lock:
             result = handler(request, monotonic_ms())
@@ -325,12 +331,12 @@ class ControllerRuntime:
             if not e.outcome_known:
                 # The batch is in some Raft log and may still commit (as Kafka's controller
                 # timeouts): say so, rather than NOT_CONTROLLER, which promises nothing applied.
-                return _error(response_type, ErrorCode.REQUEST_TIMED_OUT,
+                return _error(response_type, request, ErrorCode.REQUEST_TIMED_OUT,
                               f"the metadata change did not commit in time ({e.reason.name}); "
                               "it may still apply: check before retrying")
-            return self._not_controller(response_type)
+            return self._not_controller(response_type, request)
         except TimeoutError:
-            return _error(response_type, ErrorCode.REQUEST_TIMED_OUT,
+            return _error(response_type, request, ErrorCode.REQUEST_TIMED_OUT,
                           "earlier metadata changes did not commit in time")
         return result.response
 
@@ -362,16 +368,16 @@ class ControllerRuntime:
         return common_pb2.ControllerHint(
             controller_id=voter.id, endpoint=common_pb2.Endpoint(host=voter.host, port=voter.port))
 
-    def _not_controller(self, response_type: type[Any]) -> Any:
+    def _not_controller(self, response_type: type[Any], request: Any) -> Any:
         hint = self.controller_hint()
         if hint.controller_id >= 0 and hint.controller_id != self.node_id:
             where = (f"controller {hint.controller_id} at {hint.endpoint.host}:"
                      f"{hint.endpoint.port} is")
         else:
             where = "no controller is active yet (election in progress); retry shortly"
-        response = _error(response_type, ErrorCode.NOT_CONTROLLER,
+        response = _error(response_type, request, ErrorCode.NOT_CONTROLLER,
                           f"controller {self.node_id} is not the active controller; {where}")
-        response.controller.CopyFrom(hint)
+        set_controller_hint(response, hint)
         return response
 
     # ----------------------------------------------------------- periodic work
@@ -519,5 +525,5 @@ class ControllerRuntime:
         return None
 
 
-def _error(response_type: type[Any], code: int, message: str) -> Any:
-    return response_type(error_code=code, error_message=message)
+def _error(response_type: type[Any], request: Any, code: int, message: str) -> Any:
+    return error_response(response_type, request, error_for_code(code, message))

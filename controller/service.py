@@ -16,12 +16,12 @@ from typing import Any
 
 import grpc
 
+from controller.managers.common import error_response
 from controller.runtime import ControllerRuntime
-from tidelog.errors import TidelogError
+from tidelog.errors import TidelogError, UnknownServerError
 from tidelog.peer_auth import PeerAuthInterceptor, authenticated_broker_id
 from tidelog.v1 import controller_pb2 as pb
 from tidelog.v1 import controller_pb2_grpc
-from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.controller")
 
@@ -36,12 +36,12 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
         try:
             return await self.rt.write(rpc, handler, request, response_type)
         except TidelogError as e:
-            return response_type(error_code=e.code, error_message=e.message)
+            return error_response(response_type, request, e)
         except Exception:
             log.exception("controller %d: unexpected error in %s", self.rt.node_id,
                           response_type.__name__)
-            return response_type(error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
-                                 error_message="unexpected controller error; see its log")
+            return error_response(response_type, request,
+                                  UnknownServerError("unexpected controller error; see its log"))
 
     async def _check_broker_id(self, broker_id: int, context: Any) -> None:
         """A broker's credential acts for its own id only: broker 1 cannot heartbeat, register
@@ -87,6 +87,12 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
         await self._check_broker_id(request.broker_id, context)
         return await self._write(self.logic.handle_allocate_producer_ids, request,
                                  pb.AllocateProducerIdsResponse)
+
+    async def CreateAcls(self, request: pb.CreateAclsRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_create_acls, request, pb.CreateAclsResponse)
+
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Any) -> Any:
+        return await self._write(self.logic.handle_delete_acls, request, pb.DeleteAclsResponse)
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> Any:
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from tidelog import limits
 from tidelog.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, TidelogError
@@ -12,6 +12,8 @@ from tidelog.metadata.image import BrokerRegistration, MetadataImage
 from tidelog.v1 import common_pb2
 
 __all__ = [
+    "ACL_CREATIONS_PER_REQUEST_MAX",
+    "ACL_FILTERS_PER_REQUEST_MAX",
     "CONFIG_OPS_PER_RESOURCE_MAX",
     "CONFIG_RESOURCES_PER_REQUEST_MAX",
     "ENDPOINT_TEXT_LENGTH_MAX",
@@ -21,7 +23,10 @@ __all__ = [
     "ErrorFields",
     "check_broker_epoch",
     "error_code",
+    "error_response",
     "raise_unless",
+    "response_error_code",
+    "set_controller_hint",
     "set_error",
 ]
 
@@ -31,6 +36,10 @@ TOPICS_PER_REQUEST_MAX = 1000
 #: Resources in one AlterConfigs / DescribeConfigs request, and ops on one resource.
 CONFIG_RESOURCES_PER_REQUEST_MAX = 1000
 CONFIG_OPS_PER_RESOURCE_MAX = 100
+#: Creations in one CreateAcls request, and filters in one DeleteAcls request (Kafka has no such
+#: bound; the records of one request are one batch, limits.METADATA_BATCH_BYTES_MAX).
+ACL_CREATIONS_PER_REQUEST_MAX = 1000
+ACL_FILTERS_PER_REQUEST_MAX = 1000
 #: Host names and rack labels longer than this are refused at registration.
 ENDPOINT_TEXT_LENGTH_MAX = 255
 #: A fencing tick stops adding brokers to its batch past this many records; the rest are fenced
@@ -92,6 +101,40 @@ def set_error(result: ErrorFields, error: TidelogError) -> None:
     """Put ``error``'s code and message into a response (or per-item result) message."""
     result.error_code = error_code(error.code)
     result.error_message = error.message
+
+
+#: Responses without an error of their own (CreateAcls and DeleteAcls, as in Kafka): an error
+#: for the whole request goes into one ``results`` entry per item of this request field.
+_PER_ITEM_ERRORS = {"CreateAclsResponse": "creations", "DeleteAclsResponse": "filters"}
+M = TypeVar("M")
+
+
+def error_response(response_type: type[M], request: Any, error: TidelogError) -> M:
+    """A response of ``response_type`` refusing all of ``request`` with ``error``."""
+    response = response_type()
+    items = _PER_ITEM_ERRORS.get(response_type.__name__)
+    if items is None:
+        set_error(cast(ErrorFields, response), error)
+    else:
+        untyped: Any = response
+        for _ in getattr(request, items):
+            set_error(untyped.results.add(), error)
+    return response
+
+
+def response_error_code(response: Any) -> int:
+    """A response's error code: its own, or for one that has none (see error_response), the
+    first of its results' that is not NONE."""
+    if type(response).__name__ not in _PER_ITEM_ERRORS:
+        return int(response.error_code)
+    return next((int(r.error_code) for r in response.results if r.error_code), 0)
+
+
+def set_controller_hint(response: Any, hint: common_pb2.ControllerHint) -> None:
+    """Put the active controller's hint into a response (its field is ``controller``, or
+    ``controller_hint`` in the responses without an error of their own)."""
+    field = "controller_hint" if type(response).__name__ in _PER_ITEM_ERRORS else "controller"
+    getattr(response, field).CopyFrom(hint)
 
 
 def check_broker_epoch(

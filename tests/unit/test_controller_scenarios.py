@@ -39,6 +39,7 @@ from golden import check_golden
 from google.protobuf.message import Message
 
 from controller.control import ControllerResult, ReplayOutcome
+from tidelog.acl import AclBinding, AclFilter, binding_to_proto, filter_to_proto
 from tidelog.metadata.records import describe_message, image_from_snapshot
 from tidelog.v1 import controller_pb2
 
@@ -330,6 +331,29 @@ class Runner:
             else (registration.broker_epoch if registration else 0),
         )
         result = self.cluster.logic.handle_allocate_producer_ids(request, self.cluster.now_ms)
+        return self._proposal(self.cluster.submit(result))
+
+    # --- commands: ACLs -----------------------------------------------------------------------
+
+    def cmd_create_acls(self, pairs: dict[str, list[str]], flags: set[str]) -> list[str]:
+        """``acl="PERMISSION PRINCIPAL HOST OPERATION TYPE PATTERN NAME"``, repeated."""
+        creations = []
+        for text in pairs.get("acl", []):
+            permission, principal, host, operation, kind, pattern, name = text.split(" ")
+            creations.append(binding_to_proto(
+                AclBinding(principal, host, kind, name, pattern, operation, permission)))
+        request = controller_pb2.CreateAclsRequest(creations=creations)
+        result = self.cluster.logic.handle_create_acls(request, self.cluster.now_ms)
+        return self._proposal(self.cluster.submit(result))
+
+    def cmd_delete_acls(self, pairs: dict[str, list[str]], flags: set[str]) -> list[str]:
+        """``filter="field=value ..."``, repeated; ``filter=`` matches every binding."""
+        filters = []
+        for text in pairs.get("filter", []):
+            fields = dict(entry.split("=", 1) for entry in text.split(" ") if entry)
+            filters.append(filter_to_proto(AclFilter(**fields)))
+        request = controller_pb2.DeleteAclsRequest(filters=filters)
+        result = self.cluster.logic.handle_delete_acls(request, self.cluster.now_ms)
         return self._proposal(self.cluster.submit(result))
 
 

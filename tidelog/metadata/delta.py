@@ -27,13 +27,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tidelog import configs, limits
+from tidelog.acl import AclBinding, binding_from_proto
 from tidelog.errors import TidelogError
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import (
+    ACL_ID_BYTES,
     BROKER,
     NO_LEADER,
     TOPIC,
     TOPIC_ID_BYTES,
+    AclsImage,
     BrokerRegistration,
     ClusterImage,
     ConfigurationsImage,
@@ -98,6 +101,8 @@ class MetadataDelta:
         self._partitions: dict[tuple[bytes, int], PartitionRegistration] = {}
         self._configs: dict[tuple[int, str, str], str | None] = {}  # None = removed
         self._scalars: dict[str, int] = {}  # next_producer_id
+        self._acls: dict[bytes, AclBinding | None] = {}  # id → binding; None = removed
+        self._acl_ids: dict[AclBinding, bytes | None] = {}  # binding → id; None = removed
         self._journal: list[tuple[dict[Any, Any], Any, Any]] = []
 
     @property
@@ -215,6 +220,16 @@ class MetadataDelta:
 
     def next_producer_id(self) -> int:
         return self._scalars.get("next_producer_id", self._image.producer_ids.next_producer_id)
+
+    def acl(self, acl_id: bytes) -> AclBinding | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self._image.acls.get(acl_id)
+
+    def acl_id(self, binding: AclBinding) -> bytes | None:
+        if binding in self._acl_ids:
+            return self._acl_ids[binding]
+        return self._image.acls.id_of(binding)
 
     # --- brokers ------------------------------------------------------------------------------
 
@@ -419,6 +434,28 @@ class MetadataDelta:
     def _replay_no_op(self, r: metadata_pb2.NoOpRecord, _: int) -> None:
         pass
 
+    # --- ACLs ---------------------------------------------------------------------------------
+
+    def _replay_acl(self, r: metadata_pb2.AclRecord, _: int) -> None:
+        _require(len(r.acl_id) == ACL_ID_BYTES and any(r.acl_id), "ACL id is not a valid UUID")
+        binding = binding_from_proto(r.binding)
+        problem = binding.problem()
+        _require(problem is None, lambda: f"ACL {r.acl_id.hex()}: {problem}")
+        _require(self.acl(r.acl_id) is None, f"ACL id {r.acl_id.hex()} is in use")
+        # One copy of each binding (the image indexes ids by binding): the manager writes no
+        # record for a duplicate, so a duplicate here was made from a stale image.
+        existing = self.acl_id(binding)
+        _require(existing is None, lambda: f"ACL {r.acl_id.hex()}: the same binding exists "
+                 f"as ACL {(existing or b'').hex()}")
+        self._set(self._acls, r.acl_id, binding)
+        self._set(self._acl_ids, binding, r.acl_id)
+
+    def _replay_remove_acl(self, r: metadata_pb2.RemoveAclRecord, _: int) -> None:
+        binding = self.acl(r.acl_id)
+        _require(binding is not None, f"ACL id {r.acl_id.hex()} does not exist")
+        self._set(self._acls, r.acl_id, None)
+        self._set(self._acl_ids, binding, None)
+
     # --- building the next image --------------------------------------------------------------
 
     def apply(self) -> MetadataImage:
@@ -433,6 +470,7 @@ class MetadataDelta:
                 ProducerIdsImage(self._scalars["next_producer_id"])
                 if self._scalars else base.producer_ids
             ),
+            acls=self._apply_acls() if self._acls else base.acls,
         )
 
     def _apply_cluster(self) -> ClusterImage:
@@ -487,6 +525,15 @@ class MetadataDelta:
             else:
                 merged.pop(resource, None)
         return ConfigurationsImage(frozen_mapping(merged))
+
+    def _apply_acls(self) -> AclsImage:
+        by_id = dict(self._image.acls.by_id)
+        for acl_id, binding in self._acls.items():
+            if binding is None:
+                by_id.pop(acl_id, None)
+            else:
+                by_id[acl_id] = binding
+        return AclsImage.of(by_id)
 
     # --- broker-side view ---------------------------------------------------------------------
 
@@ -543,6 +590,8 @@ _HANDLERS: dict[str, Callable[[MetadataDelta, Any, int], None]] = {
     "config": MetadataDelta._replay_config,
     "producer_ids": MetadataDelta._replay_producer_ids,
     "no_op": MetadataDelta._replay_no_op,
+    "acl": MetadataDelta._replay_acl,
+    "remove_acl": MetadataDelta._replay_remove_acl,
 }
 check(
     set(_HANDLERS) == {

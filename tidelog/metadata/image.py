@@ -7,7 +7,8 @@ DescribeConfigs, the brokers' metadata publishers) may keep an image as long as 
 
 Parts, one per aggregate: :class:`ClusterImage` (broker registrations), :class:`TopicsImage`
 (topics and their :class:`PartitionRegistration`\\ s), :class:`ConfigurationsImage` (config
-overrides per resource), :class:`ProducerIdsImage` (the next producer id to hand out).
+overrides per resource), :class:`ProducerIdsImage` (the next producer id to hand out),
+:class:`AclsImage` (ACL bindings by id, from which every broker builds its Authorizer).
 
 :meth:`MetadataImage.digest` is a SHA-256 over a canonical text encoding
 (:meth:`MetadataImage.canonical_lines`): every controller that replayed the same records has the
@@ -19,18 +20,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
 
 from tidelog import configs
+from tidelog.acl import AclBinding
 from tidelog.invariants import InvariantViolation
 from tidelog.v1 import metadata_pb2
 
 __all__ = [
+    "ACL_ID_BYTES",
     "EMPTY_OFFSET",
     "NO_LEADER",
     "TOPIC_ID_BYTES",
+    "AclsImage",
     "BrokerRegistration",
     "ClusterImage",
     "ConfigurationsImage",
@@ -49,6 +53,8 @@ EMPTY_OFFSET = -1
 NO_LEADER = -1
 #: Topic ids and incarnation ids are UUIDs.
 TOPIC_ID_BYTES = 16
+#: ACL ids are UUIDs too (Kafka's AccessControlEntryRecord.id).
+ACL_ID_BYTES = 16
 
 TOPIC = metadata_pb2.CONFIG_RESOURCE_TOPIC
 BROKER = metadata_pb2.CONFIG_RESOURCE_BROKER
@@ -263,6 +269,50 @@ class ProducerIdsImage:
             raise InvariantViolation(f"next producer id {self.next_producer_id} is negative")
 
 
+# --- ACLs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AclsImage:
+    """ACL bindings by id, and the id of each binding (Kafka's AclsImage). A binding is held
+    once: CreateAcls of an existing binding writes no second record, and replay refuses one."""
+
+    by_id: Mapping[bytes, AclBinding]
+    by_binding: Mapping[AclBinding, bytes]
+    # bindings() in id order, built once: brokers call it per request and compare by identity,
+    # so an image whose ACLs did not change must give the very same tuple.
+    _ordered: tuple[AclBinding, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.by_id) != len(self.by_binding):
+            raise InvariantViolation(
+                f"{len(self.by_id)} ACL ids but {len(self.by_binding)} distinct bindings")
+        for acl_id, binding in self.by_id.items():
+            if len(acl_id) != ACL_ID_BYTES:
+                raise InvariantViolation(f"an ACL id of {len(acl_id)} bytes")
+            if self.by_binding.get(binding) != acl_id:
+                raise InvariantViolation(f"ACL {acl_id.hex()} is not indexed by its binding")
+        ordered = tuple(binding for _, binding in sorted(self.by_id.items()))
+        object.__setattr__(self, "_ordered", ordered)
+
+    @staticmethod
+    def of(by_id: Mapping[bytes, AclBinding]) -> AclsImage:
+        """The image of these bindings (indexed both ways)."""
+        return AclsImage(frozen_mapping(by_id),
+                         frozen_mapping({binding: acl_id for acl_id, binding in by_id.items()}))
+
+    def bindings(self) -> tuple[AclBinding, ...]:
+        """Every binding, in acl id order; the same tuple on every call."""
+        return self._ordered
+
+    def get(self, acl_id: bytes) -> AclBinding | None:
+        return self.by_id.get(acl_id)
+
+    def id_of(self, binding: AclBinding) -> bytes | None:
+        """The id of a binding equal to ``binding``, or None."""
+        return self.by_binding.get(binding)
+
+
 # --- the image --------------------------------------------------------------------------------
 
 
@@ -279,6 +329,7 @@ class MetadataImage:
     topics: TopicsImage
     configs: ConfigurationsImage
     producer_ids: ProducerIdsImage
+    acls: AclsImage
 
     def __post_init__(self) -> None:
         if self.offset < EMPTY_OFFSET:
@@ -294,13 +345,16 @@ class MetadataImage:
         if offset < self.offset:
             raise InvariantViolation(
                 f"the image cannot go back from offset {self.offset} to {offset}")
-        return MetadataImage(offset, self.cluster, self.topics, self.configs, self.producer_ids)
+        return MetadataImage(offset, self.cluster, self.topics, self.configs, self.producer_ids,
+                             self.acls)
 
     def canonical_lines(self) -> list[str]:
-        """A canonical, human-readable encoding: one line per broker, topic, partition, config.
+        """A canonical, human-readable encoding: one line per broker, topic, partition, config,
+        ACL.
 
         Everything is in a fixed order (brokers by id, topics by name, partitions by id, configs
-        by resource and key) and free text is JSON-quoted, so equal images give equal lines.
+        by resource and key, ACLs by id) and free text is JSON-quoted, so equal images give
+        equal lines.
         """
         lines = [f"offset {self.offset}"]
         for broker_id, b in sorted(self.cluster.brokers.items()):
@@ -326,6 +380,12 @@ class MetadataImage:
             kind = metadata_pb2.ConfigResourceType.Name(resource_type)
             for key, value in sorted(entries.items()):
                 lines.append(f"config {kind} {_quote(resource_name)} {key}={_quote(value)}")
+        for acl_id, acl in sorted(self.acls.by_id.items()):
+            lines.append(
+                f"acl {acl_id.hex()} {acl.permission} {_quote(acl.principal)} "
+                f"host={_quote(acl.host)} {acl.operation} {acl.resource_type} "
+                f"{acl.pattern_type} {_quote(acl.resource_name)}"
+            )
         lines.append(f"producer_ids next={self.producer_ids.next_producer_id}")
         return lines
 
@@ -344,4 +404,5 @@ _EMPTY_IMAGE = MetadataImage(
     topics=TopicsImage(MappingProxyType({}), MappingProxyType({})),
     configs=ConfigurationsImage(MappingProxyType({})),
     producer_ids=ProducerIdsImage(0),
+    acls=AclsImage.of({}),
 )

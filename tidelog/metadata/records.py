@@ -16,6 +16,7 @@ from google.protobuf import message as protobuf_message
 from google.protobuf.descriptor import FieldDescriptor
 
 from tidelog import limits
+from tidelog.acl import binding_to_proto
 from tidelog.errors import InconsistentClusterIdError, InvalidRecordError, UnsupportedVersionError
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.delta import MetadataDelta
@@ -140,6 +141,9 @@ def _snapshot_records(image: MetadataImage) -> Iterable[metadata_pb2.MetadataRec
                 resource_type=resource_type,  # type: ignore[arg-type]
                 resource_name=resource_name, name=key, value=value,
             ))
+    for acl_id, binding in sorted(image.acls.by_id.items()):
+        yield metadata_record(metadata_pb2.AclRecord(
+            acl_id=acl_id, binding=binding_to_proto(binding)))
     if image.producer_ids.next_producer_id > 0:
         # broker_id -1: the snapshot form, not handed to any broker (as Kafka writes it).
         yield metadata_record(metadata_pb2.ProducerIdsRecord(
