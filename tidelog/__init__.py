@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tidelog import errors
     from tidelog.client import (
+        AclBinding,
+        AclFilter,
         Admin,
         Consumer,
         ConsumerRecord,
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from tidelog.errors import TidelogError
 
 __all__ = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "Consumer",
     "ConsumerRecord",
@@ -39,6 +43,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AclBinding": "tidelog.client",
+    "AclFilter": "tidelog.client",
     "Admin": "tidelog.client",
     "Consumer": "tidelog.client",
     "ConsumerRecord": "tidelog.client",

@@ -19,6 +19,8 @@ from tidelog.errors import InvalidConfigError, TidelogError
 UNUSED = "127.0.0.1:1"  # constructors do not connect
 
 TOP_LEVEL = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "Consumer",
     "ConsumerRecord",
@@ -30,6 +32,8 @@ TOP_LEVEL = [
     "errors",
 ]
 CLIENT = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "AdminResult",
     "AlterConfigOp",

@@ -15,6 +15,7 @@ codes, the shared options, the Admin context, tables and JSON) and never another
   (produce, consume);
 - ``group.py``: ``tidelog group list|describe|delete|reset-offsets|delete-offsets`` (consumer
   groups);
+- ``acl.py``: ``tidelog acl create|list|delete`` (ACL bindings, kafka-acls' vocabulary);
 - ``deploy.py``: ``tidelog deploy render|container-config`` (an inventory to every node's files;
   a container's config from its environment);
 - ``chaos.py``: ``tidelog chaos check`` (re-checks a chaos run's history; imports ``chaos/``
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import click
 
+from tidelog.cli.acl import acl
 from tidelog.cli.chaos import chaos
 from tidelog.cli.cluster import cluster
 from tidelog.cli.common import run_main
@@ -49,7 +51,7 @@ def cli() -> None:
     """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
 
 
-for _group in (server, storage, security, cluster, topic, group, dev, deploy, chaos):
+for _group in (server, storage, security, cluster, topic, group, acl, dev, deploy, chaos):
     cli.add_command(_group)
 
 

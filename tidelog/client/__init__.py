@@ -8,6 +8,8 @@ UNKNOWN_SERVER_ERROR): the producer's sender failed and the producer is done.
 """
 
 from tidelog.client.admin import (
+    AclBinding,
+    AclFilter,
     Admin,
     AdminResult,
     AlterConfigOp,
@@ -43,6 +45,8 @@ from tidelog.client.records import (
 )
 
 __all__ = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "AdminResult",
     "AlterConfigOp",

@@ -10,13 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from tidelog.errors import DuplicateResourceError, InvalidRequestError, TidelogError
+from tidelog.errors import DuplicateResourceError, ErrorCode, InvalidRequestError, TidelogError
 from tidelog.v1 import controller_pb2, metadata_pb2
 
 __all__ = [
     "ALTER_OPS",
     "CONFIG_SOURCES",
     "RESOURCE_TYPES",
+    "WRITE_RETRY_CODES",
     "AdminResult",
     "AlterConfigOp",
     "BrokerDescription",
@@ -54,6 +55,12 @@ RESOURCE_TYPES = {
     "topic": metadata_pb2.CONFIG_RESOURCE_TOPIC,
     "broker": metadata_pb2.CONFIG_RESOURCE_BROKER,
 }
+#: Codes that say "the same write may succeed if sent again" without the risk that the first one
+#: was applied; REQUEST_TIMED_OUT is not among them (its outcome is unknown).
+WRITE_RETRY_CODES = frozenset({
+    ErrorCode.NOT_CONTROLLER, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NETWORK_EXCEPTION,
+})
 
 
 

@@ -10,12 +10,16 @@ go to the group's coordinator instead (``_admin_groups.py``, with the lookup and
 the consumer uses: ``_coordinator_lookup.py``); this class keeps their public face and hands
 them over.
 
-Calls that name several items (topics, resources) report per item, as Kafka's Admin does: they
-return an ``AdminResult`` whose ``values`` hold what succeeded and ``errors`` the typed error of
-each item that failed. ``result.all()`` returns the values or raises the first error (in request
-order); ``result[name]`` returns one value or raises that item's error. Nothing per item is raised
-by the call itself, so one bad topic does not hide what happened to the others. The value types
-live in ``_admin_types.py`` and ``_admin_groups.py`` and are exported from here.
+ACL calls (``_admin_acls.py``) go to any broker too; creations and deletions answer per item
+without a request-level code, so their retriable answers (NOT_CONTROLLER) are retried per item.
+
+Calls that name several items (topics, resources, ACL bindings and filters) report per item,
+as Kafka's Admin does: they return an ``AdminResult`` whose ``values`` hold what succeeded and
+``errors`` the typed error of each item that failed. ``result.all()`` returns the values or
+raises the first error (in request order); ``result[name]`` returns one value or raises that
+item's error. Nothing per item is raised by the call itself, so one bad topic does not hide what
+happened to the others. The value types live in ``_admin_types.py`` and ``_admin_groups.py``
+(ACL bindings and filters: ``tidelog.acl``) and are exported from here.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from tidelog.acl import AclBinding, AclFilter
+from tidelog.client._admin_acls import AclAdmin, binding_error, filter_error
 from tidelog.client._admin_groups import (
     GroupAdmin,
     GroupDescription,
@@ -40,6 +46,7 @@ from tidelog.client._admin_types import (
     ALTER_OPS,
     CONFIG_SOURCES,
     RESOURCE_TYPES,
+    WRITE_RETRY_CODES,
     AdminResult,
     AlterConfigOp,
     BrokerDescription,
@@ -67,6 +74,8 @@ from tidelog.tls import ClientSecurity
 from tidelog.v1 import broker_pb2, controller_pb2, metadata_pb2
 
 __all__ = [
+    "AclBinding",
+    "AclFilter",
     "Admin",
     "AdminResult",
     "AlterConfigOp",
@@ -86,14 +95,6 @@ __all__ = [
     "TopicListing",
     "VoterDescription",
 ]
-
-#: Request-level codes that say "the same write may succeed if sent again" without the risk that
-#: the first one was applied; REQUEST_TIMED_OUT is not among them (its outcome is unknown).
-_WRITE_RETRY_CODES = frozenset({
-    ErrorCode.NOT_CONTROLLER, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NETWORK_EXCEPTION,
-})
-
 
 # ---------------------------------------------------------------------------------- client
 class Admin:
@@ -134,6 +135,7 @@ class Admin:
         )
         self._groups = GroupAdmin(metadata=self._metadata, conns=self._conns,
                                   request_timeout_ms=request_timeout_ms, backoff=self._backoff)
+        self._acls = AclAdmin(self._call, self._backoff)
         self._closed = False
 
     # ------------------------------------------------------------------ topics
@@ -397,6 +399,76 @@ class Admin:
                 result.values[key] = None
         return ordered(result, list(changes))
 
+    # ------------------------------------------------------------------ ACLs
+    def create_acls(self, bindings: Sequence[AclBinding], *,
+                    timeout_ms: int | None = None) -> AdminResult[AclBinding, None]:
+        """Create ACL bindings (one metadata batch); a binding that exists already succeeds
+        without a second copy. Per-binding errors: InvalidRequestError (checked here first with
+        ``AclBinding.problem()``: an invalid binding is not sent), ClusterAuthorizationFailedError,
+        NotControllerError or RequestTimedOutError once the retries ran out of time."""
+        wanted = list(bindings)
+        no_duplicates(wanted)
+        result: AdminResult[AclBinding, None] = AdminResult()
+        valid = []
+        for b in wanted:
+            error = binding_error(b)
+            if error is not None:
+                result.errors[b] = error
+            else:
+                valid.append(b)
+        if valid:
+            wait = self._timeout(timeout_ms)
+            outcomes: list[TidelogError | None] = self._run(
+                self._acls.create(valid, monotonic_ms() + wait), wait)
+            for b, outcome in zip(valid, outcomes, strict=True):
+                if outcome is None:
+                    result.values[b] = None
+                else:
+                    result.errors[b] = outcome
+        return ordered(result, wanted)
+
+    # A shared default is safe: AclFilter is frozen.
+    def describe_acls(self, acl_filter: AclFilter = AclFilter(), *,  # noqa: B008
+                      timeout_ms: int | None = None) -> list[AclBinding]:
+        """The ACL bindings matching ``acl_filter`` (default: every binding), as the broker's
+        metadata image holds them (a creation shows a moment after it is acknowledged). Raises
+        InvalidRequestError for a filter field outside its values (without a request),
+        ClusterAuthorizationFailedError when the principal may not describe the cluster."""
+        error = filter_error(acl_filter)
+        if error is not None:
+            raise error
+        wait = self._timeout(timeout_ms)
+        found: list[AclBinding] = self._run(self._acls.describe(acl_filter, wait), wait)
+        return found
+
+    def delete_acls(self, filters: Sequence[AclFilter], *, timeout_ms: int | None = None
+                    ) -> AdminResult[AclFilter, list[AclBinding]]:
+        """Delete every ACL binding matching any of ``filters`` (``AclFilter()`` matches all).
+        Per filter: the bindings it deleted (none matching: an empty list), or
+        InvalidRequestError (a field outside its values; not sent),
+        ClusterAuthorizationFailedError, RequestTimedOutError (it may have been applied: not
+        sent again)."""
+        wanted = list(filters)
+        no_duplicates(wanted)
+        result: AdminResult[AclFilter, list[AclBinding]] = AdminResult()
+        valid = []
+        for f in wanted:
+            error = filter_error(f)
+            if error is not None:
+                result.errors[f] = error
+            else:
+                valid.append(f)
+        if valid:
+            wait = self._timeout(timeout_ms)
+            outcomes: list[TidelogError | list[AclBinding]] = self._run(
+                self._acls.delete(valid, monotonic_ms() + wait), wait)
+            for f, outcome in zip(valid, outcomes, strict=True):
+                if isinstance(outcome, TidelogError):
+                    result.errors[f] = outcome
+                else:
+                    result.values[f] = outcome
+        return ordered(result, wanted)
+
     # ------------------------------------------------------------------ cluster
     def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
         """The cluster id, the active controller and every registered broker (fenced marked)."""
@@ -541,7 +613,7 @@ class Admin:
             if code == ErrorCode.NONE:
                 return resp
             error = error_for_code(code, getattr(resp, "error_message", ""))
-            retry = code in _WRITE_RETRY_CODES if write else error.retriable
+            retry = code in WRITE_RETRY_CODES if write else error.retriable
             attempts += 1
             delay = self._backoff.delay_ms(attempts, _rng)
             if not retry or monotonic_ms() + delay >= deadline:
