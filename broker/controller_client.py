@@ -121,6 +121,41 @@ UNARY_METHODS: frozenset[str] = frozenset(
 _RESPONSE_TYPES: dict[str, type[protobuf_message.Message]] = {
     m.name: getattr(controller_pb2, m.output_type.name) for m in _SERVICE.methods
 }
+
+
+def _error_code(response: Any) -> int:
+    """A response's error code: its top-level one, or, for the per-item ACL responses (no
+    top-level error), NOT_CONTROLLER when every item carries it (the controller puts errors of
+    the whole request in every item)."""
+    if "error_code" in response.DESCRIPTOR.fields_by_name:
+        return int(response.error_code)
+    results = getattr(response, "results", None)
+    if results and all(r.error_code == ErrorCode.NOT_CONTROLLER for r in results):
+        return ErrorCode.NOT_CONTROLLER
+    return ErrorCode.NONE
+
+
+def _error_message(response: Any) -> str:
+    if "error_message" in response.DESCRIPTOR.fields_by_name:
+        return str(response.error_message)
+    results = getattr(response, "results", None)
+    return str(results[0].error_message) if results else ""
+
+
+def _failed_response(method_name: str, request: Any, error: TidelogError) -> Any:
+    """The method's response carrying ``error``: at the top, or in every item of the per-item
+    ACL responses."""
+    response = _RESPONSE_TYPES[method_name]()
+    if "error_code" in response.DESCRIPTOR.fields_by_name:
+        response.error_code = error.code
+        response.error_message = error.message
+        return response
+    items = request.creations if method_name == "CreateAcls" else request.filters
+    for _ in items:
+        response.results.add(error_code=error.code, error_message=error.message)
+    return response
+
+
 #: Methods any controller answers from its own view: a success does not mean it is active.
 _READ_METHODS = frozenset({"DescribeQuorum", "DescribeConfigs"})
 check(
@@ -316,7 +351,7 @@ class ControllerClient:
                     ) from None
                 target = await attempt.on_transport_error(target, error)
                 continue
-            if getattr(response, "error_code", ErrorCode.NONE) != ErrorCode.NOT_CONTROLLER:
+            if _error_code(response) != ErrorCode.NOT_CONTROLLER:
                 self._on_answer(method_name, target, response)
                 return response
             target = await attempt.on_not_controller(target, response)
@@ -334,10 +369,10 @@ class ControllerClient:
         try:
             response = await self.call(method_name, request, timeout_ms=timeout_ms)
         except TidelogError as error:
-            return _RESPONSE_TYPES[method_name](
-                error_code=error.code, error_message=error.message)
-        if response.DESCRIPTOR.fields_by_name.get("controller") is not None:
-            response.ClearField("controller")
+            return _failed_response(method_name, request, error)
+        for hint in ("controller", "controller_hint"):
+            if response.DESCRIPTOR.fields_by_name.get(hint) is not None:
+                response.ClearField(hint)
         return response
 
     async def _answer_unless_superseded(self, rpc: Any, target: int) -> Any:
@@ -422,9 +457,10 @@ class _Attempts:
         return self._client.next_voter(target, avoid=self._failed)
 
     async def on_not_controller(self, target: int, response: Any) -> int:
-        hint = response.controller
+        hint = response.controller if hasattr(response, "controller") else \
+            response.controller_hint
         hinted = int(hint.controller_id) if hint.controller_id >= 0 else None
-        self._last_problem = f"controller {target}: {response.error_message}"
+        self._last_problem = f"controller {target}: {_error_message(response)}"
         if hinted is not None and hinted != target and hinted in self._client.voter_ids:
             if hinted in self._failed:
                 # The hint is older than what we saw: that controller did not answer us.

@@ -153,6 +153,10 @@ class BrokerMetrics:
             p + "log_flush_failures", "fsyncs that failed, a topic's flush or the node's "
             "interval one (a storage error: a produce waiting on it is answered "
             "KAFKA_STORAGE_ERROR with appended=true)", registry=registry)
+        self.authorization_failures = Counter(
+            p + "authorization_failures", "requests or parts of requests refused by the ACLs, "
+            "by resource type and operation (each also logged by tidelog.audit)",
+            ["resource_type", "operation"], registry=registry)
         self._lag_labels: set[tuple[str, ...]] = set()
         self._hw_lag_labels: set[tuple[str, ...]] = set()
         self._size_labels: set[tuple[str, ...]] = set()

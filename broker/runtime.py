@@ -24,6 +24,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from broker.authz.gate import Gate
 from broker.controller_client import ControllerClient
 from broker.group.coordinator import GroupCoordinatorConfig
 from broker.group.metrics import GroupMetricsCollector
@@ -94,6 +95,9 @@ class BrokerRuntime:
                 heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms))
         #: The group RPCs (broker.handlers.groups).
         self.groups = GroupHandlers(self.group_coordinator, lambda: self.listener.image)
+        #: ACL decisions for the client listener (broker.authz; off unless configured).
+        self.authz = Gate(config.authorization, lambda: self.listener.image,
+                          metrics.authorization_failures if metrics is not None else None)
         if isinstance(registry, CollectorRegistry):  # read at scrape time (broker.group.metrics)
             registry.register(GroupMetricsCollector(self.group_coordinator))
 

@@ -18,11 +18,15 @@ from typing import Any
 
 import grpc
 
+from broker.authz.groups import GroupChecks
+from broker.authz.principal import ANONYMOUS, Who, who_is
+from broker.authz.rpcs import Checks, refused_admin_response
 from broker.handlers import DataPlaneHandlers
 from broker.handlers.groups import client_identity
 from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits
+from tidelog.acl import binding_to_proto, filter_from_proto
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.topic_names import INTERNAL_TOPICS
 from tidelog.peer_auth import authenticated_broker_id
@@ -32,6 +36,8 @@ from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.broker")
+#: Who a call is when authorisation is off (never looked at then).
+NOBODY = Who(ANONYMOUS, "")
 
 #: What one ProduceStream / FetchStream may hold (see broker.stream_limits).
 PRODUCE_STREAM_LIMITS = StreamLimits(limits.PRODUCE_STREAM_IN_FLIGHT_MAX,
@@ -86,12 +92,19 @@ def produce_error_response(request: pb.ProduceRequest, error: Exception) -> pb.P
 class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, runtime: BrokerRuntime) -> None:
         self.rt = runtime
+        #: ACL checks (broker.authz), a no-op unless [authorization] enabled = true.
+        self.checks = Checks(runtime.authz)
+        self.group_checks = GroupChecks(self.checks)
+
+    def _who(self, context: Any) -> Who:
+        return who_is(context) if self.checks.gate.enabled else NOBODY
 
     # --- metadata and cluster ------------------------------------------------------------------
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
-        return metadata_response(self.rt.listener.image, list(request.topics),
-                                 cluster_id=self.rt.cluster_id,
-                                 controller_id=self.rt.client.active_id or -1)
+        response = metadata_response(self.rt.listener.image, list(request.topics),
+                                     cluster_id=self.rt.cluster_id,
+                                     controller_id=self.rt.client.active_id or -1)
+        return self.checks.metadata(self._who(context), request, response)
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest,
                               context: Any) -> pb.DescribeClusterResponse:
@@ -105,30 +118,68 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         return response
 
     # --- admin: forwarded to the active controller ---------------------------------------------
-    async def _forward(self, method: str, request: Any) -> Any:
+    async def _forward(self, method: str, request: Any, context: Any) -> Any:
+        image = self.rt.listener.image
+
+        def name_of(topic_id: bytes) -> str | None:
+            topic = image.topics.get_by_id(topic_id)
+            return topic.name if topic is not None else None
+
+        why = self.checks.admin(self._who(context), method, request, name_of)
+        if why is not None:
+            return refused_admin_response(method, why)
         return await self.rt.client.forward(method, request)
 
     async def CreateTopics(self, request: cpb.CreateTopicsRequest, context: Any) -> Any:
-        return await self._forward("CreateTopics", request)
+        return await self._forward("CreateTopics", request, context)
 
     async def DeleteTopics(self, request: cpb.DeleteTopicsRequest, context: Any) -> Any:
-        return await self._forward("DeleteTopics", request)
+        return await self._forward("DeleteTopics", request, context)
 
     async def CreatePartitions(self, request: cpb.CreatePartitionsRequest, context: Any) -> Any:
-        return await self._forward("CreatePartitions", request)
+        return await self._forward("CreatePartitions", request, context)
 
     async def AlterConfigs(self, request: cpb.AlterConfigsRequest, context: Any) -> Any:
-        return await self._forward("AlterConfigs", request)
+        return await self._forward("AlterConfigs", request, context)
 
     async def DescribeConfigs(self, request: cpb.DescribeConfigsRequest, context: Any) -> Any:
-        return await self._forward("DescribeConfigs", request)
+        return await self._forward("DescribeConfigs", request, context)
 
     async def DescribeQuorum(self, request: cpb.DescribeQuorumRequest, context: Any) -> Any:
-        return await self._forward("DescribeQuorum", request)
+        return await self._forward("DescribeQuorum", request, context)
+
+    # --- ACLs: writes forwarded to the controller, reads from this broker's image -------------
+    async def CreateAcls(self, request: cpb.CreateAclsRequest, context: Any) -> Any:
+        why = self.checks.admin(self._who(context), "CreateAcls", request)
+        if why is not None:
+            return cpb.CreateAclsResponse(results=[
+                cpb.CreateAclResult(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                    error_message=why) for _ in request.creations])
+        return await self.rt.client.forward("CreateAcls", request)
+
+    async def DeleteAcls(self, request: cpb.DeleteAclsRequest, context: Any) -> Any:
+        why = self.checks.admin(self._who(context), "DeleteAcls", request)
+        if why is not None:
+            return cpb.DeleteAclsResponse(results=[
+                cpb.DeleteAclsFilterResult(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                           error_message=why) for _ in request.filters])
+        return await self.rt.client.forward("DeleteAcls", request)
+
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest,
+                           context: Any) -> pb.DescribeAclsResponse:
+        why = self.checks.admin(self._who(context), "DescribeAcls", request)
+        if why is not None:
+            return pb.DescribeAclsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                           error_message=why)
+        wanted = filter_from_proto(request.filter)
+        return pb.DescribeAclsResponse(bindings=[
+            binding_to_proto(b) for b in self.rt.listener.image.acls.bindings()
+            if wanted.matches(b)])
 
     # --- data plane: broker.handlers, through runtime.data_plane ------------------------------
     async def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
-        return await self.rt.data_plane.handle_produce(request)
+        return await self.checks.produce(self._who(context), request,
+                                         self.rt.data_plane.handle_produce)
 
     async def ProduceStream(self, requests: AsyncIterator[pb.ProduceRequest],
                             context: Any) -> AsyncIterator[pb.ProduceResponse]:
@@ -140,10 +191,11 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         past PRODUCE_STREAM_IN_FLIGHT_MAX unanswered requests or STREAM_HELD_BYTES_MAX of
         requests and unsent answers, the broker stops reading it and gRPC pushes back."""
         plane = self.rt.data_plane
+        who = self._who(context)
 
         async def answer(request: pb.ProduceRequest) -> pb.ProduceResponse:
             try:
-                response = await plane.handle_produce(request)
+                response = await self.checks.produce(who, request, plane.handle_produce)
             except Exception as e:  # a bug: answer every partition, keep the stream
                 log.exception("broker: a streamed produce failed")
                 response = produce_error_response(request, e)
@@ -157,7 +209,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 yield response
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
-        return await self.rt.data_plane.handle_fetch(request)
+        return await self.checks.fetch(self._who(context), request,
+                                       self.rt.data_plane.handle_fetch)
 
     async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
                           context: Any) -> AsyncIterator[pb.FetchResponse]:
@@ -166,9 +219,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         answered (broker.stream_limits), so a client that never reads is pushed back."""
 
         plane = self.rt.data_plane
+        who = self._who(context)
 
         async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
-            return await plane.handle_fetch(request)
+            return await self.checks.fetch(who, request, plane.handle_fetch)
 
         # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
         async with aclosing(serve_bounded(requests, answer, FETCH_STREAM_LIMITS,
@@ -178,49 +232,64 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest,
                           context: Any) -> pb.ListOffsetsResponse:
-        return await self.rt.data_plane.handle_list_offsets(request)
+        return await self.checks.list_offsets(self._who(context), request,
+                                              self.rt.data_plane.handle_list_offsets)
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest,
                              context: Any) -> pb.InitProducerIdResponse:
+        refused = self.checks.init_producer_id(self._who(context))
+        if refused is not None:
+            return refused
         return await self.rt.data_plane.handle_init_producer_id(request)
 
     async def DescribeLogs(self, request: pb.DescribeLogsRequest,
                            context: Any) -> pb.DescribeLogsResponse:
-        return await self.rt.data_plane.handle_describe_logs(request)
+        return await self.checks.describe_logs(self._who(context), request,
+                                               self.rt.data_plane.handle_describe_logs)
 
     # --- groups: broker.handlers.groups, through runtime.groups -------------------------------
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
                               context: Any) -> pb.FindCoordinatorResponse:
-        return await self.rt.groups.find_coordinator(request)
+        return await self.group_checks.find_coordinator(self._who(context), request,
+                                                        self.rt.groups.find_coordinator)
 
     async def ConsumerGroupHeartbeat(self, request: pb.ConsumerGroupHeartbeatRequest,
                                      context: Any) -> pb.ConsumerGroupHeartbeatResponse:
+        refused = self.group_checks.heartbeat(self._who(context), request)
+        if refused is not None:
+            return refused
         client = client_identity(context.peer(), context.invocation_metadata() or ())
         return await self.rt.groups.consumer_group_heartbeat(request, client)
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest,
                            context: Any) -> pb.OffsetCommitResponse:
-        return await self.rt.groups.offset_commit(request)
+        return await self.group_checks.offset_commit(self._who(context), request,
+                                                     self.rt.groups.offset_commit)
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest,
                           context: Any) -> pb.OffsetFetchResponse:
-        return await self.rt.groups.offset_fetch(request)
+        return await self.group_checks.offset_fetch(self._who(context), request,
+                                                    self.rt.groups.offset_fetch)
 
     async def ListGroups(self, request: pb.ListGroupsRequest,
                          context: Any) -> pb.ListGroupsResponse:
-        return await self.rt.groups.list_groups(request)
+        return await self.group_checks.list_groups(self._who(context), request,
+                                                   self.rt.groups.list_groups)
 
     async def DescribeGroups(self, request: pb.DescribeGroupsRequest,
                              context: Any) -> pb.DescribeGroupsResponse:
-        return await self.rt.groups.describe_groups(request)
+        return await self.group_checks.describe_groups(self._who(context), request,
+                                                       self.rt.groups.describe_groups)
 
     async def DeleteGroups(self, request: pb.DeleteGroupsRequest,
                            context: Any) -> pb.DeleteGroupsResponse:
-        return await self.rt.groups.delete_groups(request)
+        return await self.group_checks.delete_groups(self._who(context), request,
+                                                     self.rt.groups.delete_groups)
 
     async def OffsetDelete(self, request: pb.OffsetDeleteRequest,
                            context: Any) -> pb.OffsetDeleteResponse:
-        return await self.rt.groups.offset_delete(request)
+        return await self.group_checks.offset_delete(self._who(context), request,
+                                                     self.rt.groups.offset_delete)
 
 
 class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):

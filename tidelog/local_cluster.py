@@ -203,6 +203,8 @@ class LocalCluster:
             tls = {k: v.format(name=spec.name) if isinstance(v, str) else v
                    for k, v in self.overrides["tls"].items()}
             lines += ["[tls]", *_toml_items(tls), ""]
+        if "authorization" in self.overrides:
+            lines += ["[authorization]", *_toml_items(self.overrides["authorization"]), ""]
         for voter in self.controllers():
             lines += ["[[controller.voters]]", f"id = {voter.node_id}", f'host = "{voter.host}"',
                       f"port = {voter.controller_port}", f"raft_port = {voter.raft_port}", ""]

@@ -51,7 +51,12 @@ class _EchoPlane:
 
 class _Runtime:
     def __init__(self, plane: _EchoPlane) -> None:
+        from broker.authz.gate import Gate
+        from tidelog.config import AuthorizationConfig
+        from tidelog.metadata.image import MetadataImage
+
         self.data_plane = plane
+        self.authz = Gate(AuthorizationConfig(), MetadataImage.empty)  # authorisation off
 
 
 async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:

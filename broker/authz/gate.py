@@ -1,0 +1,63 @@
+"""One decision per (principal, host, operation, resource), audited when it refuses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from broker.authz.principal import Who
+from tidelog.acl import AclBinding, Authorizer
+from tidelog.config import AuthorizationConfig
+from tidelog.metadata.image import MetadataImage
+
+__all__ = ["Gate"]
+
+#: Refusals, one line each: principal, operation, resource, host and the rule that decided.
+audit = logging.getLogger("tidelog.audit")
+
+
+class Gate:
+    """The ACL decision for requests on this broker (enabled or not, see the config)."""
+
+    def __init__(self, config: AuthorizationConfig, image: Callable[[], MetadataImage],
+                 failures: Any = None) -> None:
+        self.enabled = config.enabled
+        self._config = config
+        self._image = image
+        self._failures = failures  # the metric's counter, labelled (resource_type, operation)
+        self._bindings: tuple[AclBinding, ...] | None = None
+        self._authorizer = Authorizer(())
+
+    def _current(self) -> Authorizer:
+        bindings = self._image().acls.bindings()
+        if bindings is not self._bindings and bindings != self._bindings:
+            self._authorizer = Authorizer(
+                bindings, super_users=self._config.super_users,
+                allow_everyone_if_no_acl_found=self._config.allow_everyone_if_no_acl_found)
+        self._bindings = bindings
+        return self._authorizer
+
+    def allows(self, who: Who, operation: str, resource_type: str, name: str) -> bool:
+        if not self.enabled:
+            return True
+        decision = self._current().authorize(who.principal, who.host, operation,
+                                             resource_type, name)
+        if not decision.allowed:
+            audit.warning("denied %s %s on %s %r from %s: %s", who.principal, operation,
+                          resource_type, name, who.host, decision.reason)
+            if self._failures is not None:
+                self._failures.labels(resource_type, operation).inc()
+        return decision.allowed
+
+    def allows_any_topic(self, who: Who, operation: str) -> bool:
+        """Whether some binding lets ``who`` do ``operation`` on some topic (KIP-679: an
+        idempotent producer needs Write on a topic, not IdempotentWrite on the cluster)."""
+        if not self.enabled:
+            return True
+        bindings = self._image().acls.bindings()
+        if who.principal in self._config.super_users:
+            return True
+        return any(b.resource_type == "topic" and b.permission == "allow"
+                   and b.operation in (operation, "All") and b.matches_who(who.principal, who.host)
+                   for b in bindings)
