@@ -188,3 +188,21 @@ def test_acls_survive_a_whole_cluster_restart(cluster: ClusterHarness, setup: st
     with Producer(setup, **user(pki, "bob")) as producer, \
             pytest.raises(TopicAuthorizationFailedError):
         producer.send("orders", b"by bob").result(timeout=30)
+
+
+def test_a_group_member_needs_read_on_its_group(setup: str, pki: Path) -> None:
+    with Consumer(setup, group_id="g-alice", auto_offset_reset="earliest",
+                  **user(pki, "alice")) as consumer:
+        consumer.subscribe(["orders"])
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got = consumer.poll(timeout_ms=500)
+        assert got, "alice's group member read nothing"
+    with Consumer(setup, group_id="g-carol", auto_offset_reset="earliest",
+                  **user(pki, "carol")) as consumer:
+        consumer.subscribe(["orders"])
+        with pytest.raises(GroupAuthorizationFailedError, match="User:carol may not"):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                consumer.poll(timeout_ms=500)
