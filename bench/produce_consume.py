@@ -308,26 +308,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def client_tls(base: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The client phases against a cluster with TLS on every listener."""
-    from pathlib import Path
-
-    from tidelog.certs import issue, make_ca
-
-    pki = Path(base) / "pki"
-    pki.mkdir(parents=True)
-    ca = make_ca()
-    (pki / "ca.crt").write_bytes(ca.cert_pem)
-    names = [f"controller-{i}" for i in (1, 2, 3)] + [f"broker-{i}" for i in (1, 2, 3)]
-    for name in names:
-        cert = issue(ca, name, hosts=("127.0.0.1",))
-        (pki / f"{name}.crt").write_bytes(cert.cert_pem)
-        (pki / f"{name}.key").write_bytes(cert.key_pem)
-        (pki / f"{name}.key").chmod(0o600)
-    tls = {"ca_file": str(pki / "ca.crt"), "cert_file": f"{pki}/{{name}}.crt",
-           "key_file": f"{pki}/{{name}}.key"}
-    cluster = LocalCluster.create(f"{base}/cluster", controllers=3, brokers=3,
-                                  overrides={"tls": tls})
-    sec = {"security_protocol": "SSL", "ssl_cafile": str(pki / "ca.crt")}
+    """The client phases against a cluster with TLS on every listener (``cluster up --tls``'s
+    layout: a CA and node certificates in ``<dir>/pki``)."""
+    cluster = LocalCluster.create(f"{base}/cluster", controllers=3, brokers=3, tls=True)
+    sec = {"security_protocol": "SSL", "ssl_cafile": f"{base}/cluster/pki/ca.crt"}
     with cluster.running():
         make_topics(cluster.bootstrap, sec)
         print("TLS cluster:")

@@ -125,9 +125,9 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             topic = image.topics.get_by_id(topic_id)
             return topic.name if topic is not None else None
 
-        why = self.checks.admin(self._who(context), method, request, name_of)
-        if why is not None:
-            return refused_admin_response(method, why)
+        refusal = self.checks.admin(self._who(context), method, request, name_of)
+        if refusal is not None:
+            return refused_admin_response(method, refusal)
         return await self.rt.client.forward(method, request)
 
     async def CreateTopics(self, request: cpb.CreateTopicsRequest, context: Any) -> Any:
@@ -150,27 +150,26 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     # --- ACLs: writes forwarded to the controller, reads from this broker's image -------------
     async def CreateAcls(self, request: cpb.CreateAclsRequest, context: Any) -> Any:
-        why = self.checks.admin(self._who(context), "CreateAcls", request)
-        if why is not None:
+        refusal = self.checks.admin(self._who(context), "CreateAcls", request)
+        if refusal is not None:
             return cpb.CreateAclsResponse(results=[
-                cpb.CreateAclResult(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                    error_message=why) for _ in request.creations])
+                cpb.CreateAclResult(error_code=refusal.code, error_message=refusal.why)
+                for _ in request.creations])
         return await self.rt.client.forward("CreateAcls", request)
 
     async def DeleteAcls(self, request: cpb.DeleteAclsRequest, context: Any) -> Any:
-        why = self.checks.admin(self._who(context), "DeleteAcls", request)
-        if why is not None:
+        refusal = self.checks.admin(self._who(context), "DeleteAcls", request)
+        if refusal is not None:
             return cpb.DeleteAclsResponse(results=[
-                cpb.DeleteAclsFilterResult(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                           error_message=why) for _ in request.filters])
+                cpb.DeleteAclsFilterResult(error_code=refusal.code, error_message=refusal.why)
+                for _ in request.filters])
         return await self.rt.client.forward("DeleteAcls", request)
 
     async def DescribeAcls(self, request: pb.DescribeAclsRequest,
                            context: Any) -> pb.DescribeAclsResponse:
-        why = self.checks.admin(self._who(context), "DescribeAcls", request)
-        if why is not None:
-            return pb.DescribeAclsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                           error_message=why)
+        refusal = self.checks.admin(self._who(context), "DescribeAcls", request)
+        if refusal is not None:
+            return refused_admin_response("DescribeAcls", refusal)
         wanted = filter_from_proto(request.filter)
         return pb.DescribeAclsResponse(bindings=[
             binding_to_proto(b) for b in self.rt.listener.image.acls.bindings()

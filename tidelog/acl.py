@@ -116,6 +116,18 @@ class AclFilter:
     operation: str | None = None
     permission: str | None = None
 
+    def problem(self) -> str | None:
+        """Why this filter is invalid (one line), or None: an enumerated field must name a value
+        that exists, or the filter could never match and a delete would silently do nothing
+        (Kafka refuses UNKNOWN filters likewise)."""
+        for name, choices in (("resource_type", RESOURCE_TYPES),
+                              ("pattern_type", PATTERN_TYPES), ("operation", OPERATIONS),
+                              ("permission", PERMISSIONS)):
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                return f"{name.replace('_', ' ')} {value!r}: one of {', '.join(choices)}"
+        return None
+
     def matches(self, b: AclBinding) -> bool:
         return all(want is None or want == have for want, have in (
             (self.principal, b.principal), (self.host, b.host),
@@ -162,6 +174,17 @@ class Authorizer:
                 return Decision(True, f"allowed by {_describe(b)}")
         return Decision(False, f"no ACL allows {principal} {operation} on {resource_type} "
                                f"{name!r} from {host}")
+
+
+    def allows_some(self, principal: str, host: str, operation: str,
+                    resource_type: str) -> bool:
+        """Whether some ALLOW binding lets ``principal`` do ``operation`` on some resource of
+        ``resource_type`` (KIP-679: an idempotent producer needs Write on a topic, not
+        IdempotentWrite on the cluster)."""
+        if principal in self._super_users:
+            return True
+        return any(b.permission == "allow" and b.operation in (operation, "All")
+                   and b.matches_who(principal, host) for b in self._by_type[resource_type])
 
 
 def _describe(b: AclBinding) -> str:

@@ -30,8 +30,9 @@ class Gate:
         self._authorizer = Authorizer(())
 
     def _current(self) -> Authorizer:
+        # Images whose ACLs did not change share one bindings tuple: rebuilt only on a change.
         bindings = self._image().acls.bindings()
-        if bindings is not self._bindings and bindings != self._bindings:
+        if bindings is not self._bindings:
             self._authorizer = Authorizer(
                 bindings, super_users=self._config.super_users,
                 allow_everyone_if_no_acl_found=self._config.allow_everyone_if_no_acl_found)
@@ -50,14 +51,8 @@ class Gate:
                 self._failures.labels(resource_type, operation).inc()
         return decision.allowed
 
-    def allows_any_topic(self, who: Who, operation: str) -> bool:
-        """Whether some binding lets ``who`` do ``operation`` on some topic (KIP-679: an
-        idempotent producer needs Write on a topic, not IdempotentWrite on the cluster)."""
+    def allows_some(self, who: Who, operation: str, resource_type: str) -> bool:
+        """Whether ``who`` may do ``operation`` on some resource of the type (KIP-679)."""
         if not self.enabled:
             return True
-        bindings = self._image().acls.bindings()
-        if who.principal in self._config.super_users:
-            return True
-        return any(b.resource_type == "topic" and b.permission == "allow"
-                   and b.operation in (operation, "All") and b.matches_who(who.principal, who.host)
-                   for b in bindings)
+        return self._current().allows_some(who.principal, who.host, operation, resource_type)

@@ -4,16 +4,13 @@ GROUP/TOPIC_AUTHORIZATION_FAILED in their own entries; the rest is served."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any
 
 from broker.authz.principal import Who
-from broker.authz.rpcs import GROUP_DENIED, TOPIC_DENIED, Checks, _why
+from broker.authz.rpcs import GROUP_DENIED, TOPIC_DENIED, Checks, serve_allowed, why_refused
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = ["GroupChecks"]
-
-Q = TypeVar("Q")
-A = TypeVar("A")
 
 
 class GroupChecks:
@@ -36,7 +33,7 @@ class GroupChecks:
         response = await handle(kept) if kept.group_ids else pb.FindCoordinatorResponse()
         for g in sorted(denied):
             response.coordinators.add(group_id=g, error_code=GROUP_DENIED, node_id=-1,
-                                      error_message=_why(who, "Describe", f"group {g!r}"))
+                                      error_message=why_refused(who, "Describe", f"group {g!r}"))
         return response
 
     def heartbeat(self, who: Who, request: pb.ConsumerGroupHeartbeatRequest
@@ -55,20 +52,15 @@ class GroupChecks:
         why = self.checks.group(who, "Read", request.group_id)
         if why is not None:
             return pb.OffsetCommitResponse(error_code=GROUP_DENIED, error_message=why)
+
+        def answer(response: pb.OffsetCommitResponse, t: Any) -> None:
+            entry = response.topics.add(name=t.name)
+            for p in t.partitions:
+                entry.partitions.add(partition_id=p.partition_id, error_code=TOPIC_DENIED,
+                                     error_message=why_refused(who, "Read", f"topic {t.name!r}"))
+
         denied = self.checks.topics_denied(who, "Read", (t.name for t in request.topics))
-        if not denied:
-            return await handle(request)
-        kept = pb.OffsetCommitRequest(group_id=request.group_id, member_id=request.member_id,
-                                      member_epoch=request.member_epoch)
-        kept.topics.extend(t for t in request.topics if t.name not in denied)
-        response = await handle(kept) if kept.topics else pb.OffsetCommitResponse()
-        for t in request.topics:
-            if t.name in denied:
-                answer = response.topics.add(name=t.name)
-                for p in t.partitions:
-                    answer.partitions.add(partition_id=p.partition_id, error_code=TOPIC_DENIED,
-                                          error_message=_why(who, "Read", f"topic {t.name!r}"))
-        return response
+        return await serve_allowed(request, denied, handle, answer, pb.OffsetCommitResponse)
 
     async def offset_fetch(self, who: Who, request: pb.OffsetFetchRequest,
                            handle: Callable[[pb.OffsetFetchRequest],
@@ -115,7 +107,7 @@ class GroupChecks:
         response = await handle(kept) if kept.group_ids else pb.DescribeGroupsResponse()
         for g in sorted(denied):
             response.groups.add(group_id=g, error_code=GROUP_DENIED,
-                                error_message=_why(who, "Describe", f"group {g!r}"))
+                                error_message=why_refused(who, "Describe", f"group {g!r}"))
         return response
 
     async def delete_groups(self, who: Who, request: pb.DeleteGroupsRequest,
@@ -130,7 +122,7 @@ class GroupChecks:
         response = await handle(kept) if kept.group_ids else pb.DeleteGroupsResponse()
         for g in sorted(denied):
             response.results.add(group_id=g, error_code=GROUP_DENIED,
-                                 error_message=_why(who, "Delete", f"group {g!r}"))
+                                 error_message=why_refused(who, "Delete", f"group {g!r}"))
         return response
 
     async def offset_delete(self, who: Who, request: pb.OffsetDeleteRequest,
@@ -142,16 +134,12 @@ class GroupChecks:
         why = self.checks.group(who, "Delete", request.group_id)
         if why is not None:
             return pb.OffsetDeleteResponse(error_code=GROUP_DENIED, error_message=why)
+
+        def answer(response: pb.OffsetDeleteResponse, t: Any) -> None:
+            entry = response.topics.add(name=t.name)
+            for pid in t.partitions:
+                entry.partitions.add(partition_id=pid, error_code=TOPIC_DENIED,
+                                     error_message=why_refused(who, "Read", f"topic {t.name!r}"))
+
         denied = self.checks.topics_denied(who, "Read", (t.name for t in request.topics))
-        if not denied:
-            return await handle(request)
-        kept = pb.OffsetDeleteRequest(group_id=request.group_id)
-        kept.topics.extend(t for t in request.topics if t.name not in denied)
-        response = await handle(kept) if kept.topics else pb.OffsetDeleteResponse()
-        for t in request.topics:
-            if t.name in denied:
-                answer = response.topics.add(name=t.name)
-                for pid in t.partitions:
-                    answer.partitions.add(partition_id=pid, error_code=TOPIC_DENIED,
-                                          error_message=_why(who, "Read", f"topic {t.name!r}"))
-        return response
+        return await serve_allowed(request, denied, handle, answer, pb.OffsetDeleteResponse)

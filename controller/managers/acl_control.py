@@ -24,35 +24,15 @@ from controller.managers.common import (
     set_error,
 )
 from tidelog import acl
-from tidelog.acl import AclBinding, AclFilter, binding_from_proto, binding_to_proto
+from tidelog.acl import AclBinding, binding_from_proto, binding_to_proto
 from tidelog.errors import InvalidRequestError
 from tidelog.metadata.image import ACL_ID_BYTES, MetadataImage
 from tidelog.metadata.records import metadata_record
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
-__all__ = ["AclControlManager", "filter_problem"]
+__all__ = ["AclControlManager"]
 
 Records = list[metadata_pb2.MetadataRecord]
-#: The values a filter's enumerated fields may take (a misspelt one would match nothing).
-_FILTER_CHOICES = {
-    "resource_type": acl.RESOURCE_TYPES,
-    "pattern_type": acl.PATTERN_TYPES,
-    "operation": acl.OPERATIONS,
-    "permission": acl.PERMISSIONS,
-}
-
-
-def filter_problem(f: AclFilter) -> str | None:
-    """Why a DeleteAcls filter is invalid (one line), or None. Absent fields match anything;
-    enumerated ones must name a value that exists, or the filter could never match and a
-    delete would silently do nothing (Kafka refuses UNKNOWN filters likewise)."""
-    for name, choices in _FILTER_CHOICES.items():
-        value = getattr(f, name)
-        if value is not None and value not in choices:
-            return f"{name.replace('_', ' ')} {value!r}: one of {', '.join(choices)}"
-    return None
-
-
 class AclControlManager:
     """ACL bindings: created with fresh ids, deleted by filter."""
 
@@ -113,7 +93,7 @@ class AclControlManager:
         for proto in request.filters:
             result = response.results.add(error_code=common_pb2.ErrorCode.NONE)
             f = acl.filter_from_proto(proto)
-            problem = filter_problem(f)
+            problem = f.problem()
             if problem is not None:
                 set_error(result, InvalidRequestError(problem))
                 continue

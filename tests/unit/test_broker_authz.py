@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from broker.authz.gate import Gate
 from broker.authz.principal import Who, peer_host
-from broker.authz.rpcs import Checks
+from broker.authz.rpcs import Checks, Refusal
 from tidelog.acl import AclBinding
 from tidelog.config import AuthorizationConfig
 from tidelog.metadata.image import AclsImage, MetadataImage
@@ -70,8 +70,9 @@ def test_admin_requests_are_all_or_nothing_and_name_what_is_refused() -> None:
     c = checks(AclBinding("User:alice", "*", "topic", "a", "literal", "Create", "allow"))
     request = cpb.CreateTopicsRequest(topics=[cpb.CreateTopicsRequest.Topic(name="a"),
                                               cpb.CreateTopicsRequest.Topic(name="b")])
-    assert c.admin(ALICE, "CreateTopics", request) == \
-        "User:alice may not Create topics 'b' (no ACL allows it; see tidelog acl list)"
+    assert c.admin(ALICE, "CreateTopics", request) == Refusal(
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        "User:alice may not Create topics 'b' (no ACL allows it; see tidelog acl list)")
     cluster = checks(AclBinding("User:alice", "*", "cluster", "kafka-cluster", "literal",
                                 "Create", "allow"))
     assert cluster.admin(ALICE, "CreateTopics", request) is None

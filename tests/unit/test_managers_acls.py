@@ -12,7 +12,6 @@ import pytest
 from controller_testkit import TestCluster
 
 from controller.managers import common
-from controller.managers.acl_control import filter_problem
 from controller.managers.common import error_response, response_error_code, set_controller_hint
 from tidelog import limits
 from tidelog.acl import AclBinding, AclFilter, binding_from_proto, binding_to_proto, filter_to_proto
@@ -161,7 +160,7 @@ def test_filters_naming_unknown_values_are_refused() -> None:
     assert "operation 'read'" in response.results[0].error_message
     assert deleted(response.results[4]) == [READ_ORDERS]
     assert committed_bindings(cluster) == set()
-    assert filter_problem(AclFilter()) is None
+    assert AclFilter().problem() is None
 
 
 def test_not_the_active_controller() -> None:

@@ -22,14 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidelog.acl import (
-    OPERATIONS,
-    PATTERN_TYPES,
-    PERMISSIONS,
-    RESOURCE_TYPES,
     AclBinding,
     AclFilter,
     binding_from_proto,
@@ -54,12 +50,6 @@ __all__ = ["AclAdmin", "binding_error", "filter_error"]
 #: retriable errors retried until ``wait_ms``.
 Call = Callable[..., Awaitable[Any]]
 
-#: The filter fields that take one of a few values: a typo there would match nothing, silently.
-_FILTER_CHOICES: dict[str, Sequence[str]] = {
-    "resource_type": RESOURCE_TYPES, "pattern_type": PATTERN_TYPES, "operation": OPERATIONS,
-    "permission": PERMISSIONS,
-}
-
 _rng = random.Random()
 
 
@@ -76,12 +66,8 @@ def filter_error(acl_filter: object) -> TidelogError | None:
     """InvalidRequestError for a filter field outside its values (it could match nothing)."""
     if not isinstance(acl_filter, AclFilter):
         raise TypeError(f"expected AclFilter, got {acl_filter!r}")
-    for name, choices in _FILTER_CHOICES.items():
-        value = getattr(acl_filter, name)
-        if value is not None and value not in choices:
-            return InvalidRequestError(f"{name.replace('_', ' ')} {value!r}: one of "
-                                       f"{', '.join(choices)}")
-    return None
+    problem = acl_filter.problem()
+    return None if problem is None else InvalidRequestError(problem)
 
 
 class AclAdmin:
