@@ -54,6 +54,7 @@ from tidelog.errors import (
 )
 from tidelog.invariants import InvariantViolation, check
 from tidelog.peer_auth import peer_interceptors
+from tidelog.scram import request_users
 from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
@@ -149,6 +150,10 @@ def _failed_response(method_name: str, request: Any, error: TidelogError) -> Any
     if "error_code" in response.DESCRIPTOR.fields_by_name:
         response.error_code = error.code
         response.error_message = error.message
+        return response
+    if method_name == "AlterUserScramCredentials":
+        for user in request_users(request):
+            response.results.add(user=user, error_code=error.code, error_message=error.message)
         return response
     items = request.creations if method_name == "CreateAcls" else request.filters
     for _ in items:

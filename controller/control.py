@@ -52,6 +52,7 @@ from controller.managers.config_control import ConfigControlManager
 from controller.managers.partition_change import LeaderElections, count_elections
 from controller.managers.producer_id_control import ProducerIdControlManager
 from controller.managers.replication_control import ReplicationControlManager
+from controller.managers.scram_control import ScramControlManager
 from tidelog import limits
 from tidelog.errors import NotControllerError, PolicyViolationError
 from tidelog.invariants import InvariantViolation, check
@@ -174,6 +175,7 @@ class ControllerLogic:
         self._configs = ConfigControlManager()
         self._producer_ids = ProducerIdControlManager(self._config)
         self._acls = AclControlManager(rng)
+        self._scram = ScramControlManager()
 
     # --- state --------------------------------------------------------------------------------
 
@@ -459,6 +461,17 @@ class ControllerLogic:
             for filter_result in response.results:
                 del filter_result.deleted[:]
         return result
+
+    def handle_alter_user_scram_credentials(
+        self, request: controller_pb2.AlterUserScramCredentialsRequest, now_ms: int
+    ) -> ControllerResult[controller_pb2.AlterUserScramCredentialsResponse]:
+        if not self._active:
+            response = error_response(controller_pb2.AlterUserScramCredentialsResponse,
+                                      request, self._not_controller_error())
+            return ControllerResult((), response, self.next_offset, self._committed.offset)
+        records, response = self._scram.alter(self._image, request)
+        return self._propose_admin("AlterUserScramCredentials", records, response,
+                                   response.results)
 
     def maybe_fence_stale_brokers(self, now_ms: int) -> ControllerResult[None]:
         """Periodic tick: fence brokers silent for longer than broker.session.timeout.ms, with

@@ -94,6 +94,11 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
     async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Any) -> Any:
         return await self._write(self.logic.handle_delete_acls, request, pb.DeleteAclsResponse)
 
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
+                                        context: Any) -> Any:
+        return await self._write(self.logic.handle_alter_user_scram_credentials, request,
+                                 pb.AlterUserScramCredentialsResponse)
+
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> Any:
         try:
             return self.rt.read(self.logic.handle_describe_configs, request)

@@ -198,6 +198,11 @@ class InvalidTimestampError(TidelogError):
     retriable = False
 
 
+class UnsupportedSaslMechanismError(TidelogError):
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    retriable = False
+
+
 class UnsupportedVersionError(TidelogError):
     code = ErrorCode.UNSUPPORTED_VERSION
     retriable = False
@@ -261,6 +266,11 @@ class InvalidProducerEpochError(TidelogError):
 class KafkaStorageErrorError(TidelogError):
     code = ErrorCode.KAFKA_STORAGE_ERROR
     retriable = True
+
+
+class SaslAuthenticationFailedError(TidelogError):
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    retriable = False
 
 
 class UnknownProducerIdError(TidelogError):
@@ -345,6 +355,11 @@ class ResourceNotFoundError(TidelogError):
 
 class DuplicateResourceError(TidelogError):
     code = ErrorCode.DUPLICATE_RESOURCE
+    retriable = False
+
+
+class UnacceptableCredentialError(TidelogError):
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
     retriable = False
 
 

@@ -9,6 +9,7 @@ from tidelog import limits
 from tidelog.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, TidelogError
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import BrokerRegistration, MetadataImage
+from tidelog.scram import request_users
 from tidelog.v1 import common_pb2
 
 __all__ = [
@@ -105,7 +106,8 @@ def set_error(result: ErrorFields, error: TidelogError) -> None:
 
 #: Responses without an error of their own (CreateAcls and DeleteAcls, as in Kafka): an error
 #: for the whole request goes into one ``results`` entry per item of this request field.
-_PER_ITEM_ERRORS = {"CreateAclsResponse": "creations", "DeleteAclsResponse": "filters"}
+_PER_ITEM_ERRORS = {"CreateAclsResponse": "creations", "DeleteAclsResponse": "filters",
+                    "AlterUserScramCredentialsResponse": "users"}
 M = TypeVar("M")
 
 
@@ -117,8 +119,12 @@ def error_response(response_type: type[M], request: Any, error: TidelogError) ->
         set_error(cast(ErrorFields, response), error)
     else:
         untyped: Any = response
-        for _ in getattr(request, items):
-            set_error(untyped.results.add(), error)
+        if items == "users":  # one result per user named, as Kafka's
+            for user in request_users(request):
+                set_error(untyped.results.add(user=user), error)
+        else:
+            for _ in getattr(request, items):
+                set_error(untyped.results.add(), error)
     return response
 
 

@@ -39,6 +39,7 @@ from golden import check_golden
 from google.protobuf.message import Message
 
 from controller.control import ControllerResult, ReplayOutcome
+from tidelog import scram
 from tidelog.acl import AclBinding, AclFilter, binding_to_proto, filter_to_proto
 from tidelog.metadata.records import describe_message, image_from_snapshot
 from tidelog.v1 import controller_pb2
@@ -355,6 +356,35 @@ class Runner:
         request = controller_pb2.DeleteAclsRequest(filters=filters)
         result = self.cluster.logic.handle_delete_acls(request, self.cluster.now_ms)
         return self._proposal(self.cluster.submit(result))
+
+
+    # --- commands: SCRAM credentials -----------------------------------------------------------
+
+    def cmd_alter_scram(self, pairs: dict[str, list[str]], flags: set[str]) -> list[str]:
+        """``upsert="NAME MECHANISM ITERATIONS SALT_HEX PASSWORD"`` and
+        ``delete="NAME MECHANISM"``, each repeated; the password is salted here, as the client
+        does."""
+        request = controller_pb2.AlterUserScramCredentialsRequest()
+        for text in pairs.get("delete", []):
+            name, mechanism = text.split(" ")
+            request.deletions.add(name=name, mechanism=_mechanism_value(mechanism))
+        for text in pairs.get("upsert", []):
+            name, mechanism, iterations, salt_hex, password = text.split(" ")
+            m = scram.mechanism_named(mechanism)
+            salt = bytes.fromhex(salt_hex)
+            salted = scram.salted_password(m, password, salt, int(iterations)) \
+                if m is not None and int(iterations) <= scram.ITERATIONS_MAX else b"?"
+            request.upsertions.add(name=name, mechanism=_mechanism_value(mechanism),
+                                   iterations=int(iterations), salt=salt,
+                                   salted_password=salted)
+        result = self.cluster.logic.handle_alter_user_scram_credentials(request,
+                                                                        self.cluster.now_ms)
+        return self._proposal(self.cluster.submit(result))
+
+
+def _mechanism_value(name: str) -> int:
+    m = scram.mechanism_named(name)
+    return m.value if m is not None else 99
 
 
 def _scenario_files() -> list[pathlib.Path]:

@@ -43,12 +43,14 @@ from tidelog.metadata.image import (
     MetadataImage,
     PartitionRegistration,
     ProducerIdsImage,
+    ScramImage,
     TopicImage,
     TopicsImage,
     frozen_mapping,
     partition_problem,
 )
 from tidelog.metadata.topic_names import validate_topic_name
+from tidelog.scram import ScramCredential, mechanism_named, user_name_problem
 from tidelog.v1 import metadata_pb2
 
 __all__ = ["LocalPartition", "LocalReplicaChanges", "MetadataDelta", "apply_records"]
@@ -103,6 +105,8 @@ class MetadataDelta:
         self._scalars: dict[str, int] = {}  # next_producer_id
         self._acls: dict[bytes, AclBinding | None] = {}  # id → binding; None = removed
         self._acl_ids: dict[AclBinding, bytes | None] = {}  # binding → id; None = removed
+        # (name, mechanism) → credential; None = removed
+        self._scram: dict[tuple[str, int], ScramCredential | None] = {}
         self._journal: list[tuple[dict[Any, Any], Any, Any]] = []
 
     @property
@@ -456,6 +460,35 @@ class MetadataDelta:
         self._set(self._acls, r.acl_id, None)
         self._set(self._acl_ids, binding, None)
 
+    # --- SCRAM credentials ----------------------------------------------------------------------
+
+    def scram_credential(self, name: str, mechanism: int) -> ScramCredential | None:
+        if (name, mechanism) in self._scram:
+            return self._scram[(name, mechanism)]
+        return self._image.scram.get(name, mechanism)
+
+    def _replay_user_scram_credential(self, r: metadata_pb2.UserScramCredentialRecord,
+                                      _: int) -> None:
+        mechanism = mechanism_named(r.mechanism)
+        _require(mechanism is not None, lambda: f"SCRAM credential of {r.name!r}: unknown "
+                 f"mechanism {r.mechanism}")
+        problem = user_name_problem(r.name)
+        _require(problem is None, lambda: f"SCRAM credential: {problem}")
+        key_bytes = mechanism.key_bytes if mechanism is not None else 0
+        _require(len(r.stored_key) == key_bytes and len(r.server_key) == key_bytes
+                 and len(r.salt) > 0 and r.iterations > 0,
+                 lambda: f"SCRAM credential of {r.name!r}: malformed keys, salt or iterations")
+        # An upsertion replaces the user's credential of that mechanism (a password change).
+        self._set(self._scram, (r.name, r.mechanism), ScramCredential(
+            name=r.name, mechanism=r.mechanism, salt=r.salt, stored_key=r.stored_key,
+            server_key=r.server_key, iterations=r.iterations))
+
+    def _replay_remove_user_scram_credential(
+            self, r: metadata_pb2.RemoveUserScramCredentialRecord, _: int) -> None:
+        _require(self.scram_credential(r.name, r.mechanism) is not None,
+                 lambda: f"no SCRAM credential of {r.name!r} for mechanism {r.mechanism}")
+        self._set(self._scram, (r.name, r.mechanism), None)
+
     # --- building the next image --------------------------------------------------------------
 
     def apply(self) -> MetadataImage:
@@ -471,6 +504,7 @@ class MetadataDelta:
                 if self._scalars else base.producer_ids
             ),
             acls=self._apply_acls() if self._acls else base.acls,
+            scram=self._apply_scram() if self._scram else base.scram,
         )
 
     def _apply_cluster(self) -> ClusterImage:
@@ -535,6 +569,15 @@ class MetadataDelta:
                 by_id[acl_id] = binding
         return AclsImage.of(by_id)
 
+    def _apply_scram(self) -> ScramImage:
+        credentials = dict(self._image.scram.credentials)
+        for key, credential in self._scram.items():
+            if credential is None:
+                credentials.pop(key, None)
+            else:
+                credentials[key] = credential
+        return ScramImage(frozen_mapping(credentials))
+
     # --- broker-side view ---------------------------------------------------------------------
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
@@ -592,6 +635,8 @@ _HANDLERS: dict[str, Callable[[MetadataDelta, Any, int], None]] = {
     "no_op": MetadataDelta._replay_no_op,
     "acl": MetadataDelta._replay_acl,
     "remove_acl": MetadataDelta._replay_remove_acl,
+    "user_scram_credential": MetadataDelta._replay_user_scram_credential,
+    "remove_user_scram_credential": MetadataDelta._replay_remove_user_scram_credential,
 }
 check(
     set(_HANDLERS) == {

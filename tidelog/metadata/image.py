@@ -8,7 +8,8 @@ DescribeConfigs, the brokers' metadata publishers) may keep an image as long as 
 Parts, one per aggregate: :class:`ClusterImage` (broker registrations), :class:`TopicsImage`
 (topics and their :class:`PartitionRegistration`\\ s), :class:`ConfigurationsImage` (config
 overrides per resource), :class:`ProducerIdsImage` (the next producer id to hand out),
-:class:`AclsImage` (ACL bindings by id, from which every broker builds its Authorizer).
+:class:`AclsImage` (ACL bindings by id, from which every broker builds its Authorizer),
+:class:`ScramImage` (users' SCRAM credentials, against which brokers check SASL_SSL clients).
 
 :meth:`MetadataImage.digest` is a SHA-256 over a canonical text encoding
 (:meth:`MetadataImage.canonical_lines`): every controller that replayed the same records has the
@@ -27,7 +28,9 @@ from typing import TypeVar
 from tidelog import configs
 from tidelog.acl import AclBinding
 from tidelog.invariants import InvariantViolation
+from tidelog.scram import ScramCredential
 from tidelog.v1 import metadata_pb2
+from tidelog.v1.common_pb2 import ScramMechanism
 
 __all__ = [
     "ACL_ID_BYTES",
@@ -41,6 +44,7 @@ __all__ = [
     "MetadataImage",
     "PartitionRegistration",
     "ProducerIdsImage",
+    "ScramImage",
     "TopicImage",
     "TopicsImage",
     "frozen_mapping",
@@ -313,6 +317,33 @@ class AclsImage:
         return self.by_binding.get(binding)
 
 
+# --- SCRAM credentials ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScramImage:
+    """SCRAM credentials by (user name, mechanism) (Kafka's ScramImage): salts and derived keys,
+    never passwords (tidelog/scram.py)."""
+
+    credentials: Mapping[tuple[str, int], ScramCredential]
+
+    def __post_init__(self) -> None:
+        for (name, mechanism), credential in self.credentials.items():
+            if (credential.name, credential.mechanism) != (name, mechanism):
+                raise InvariantViolation(
+                    f"the SCRAM credential of {name!r} is indexed under another name or mechanism")
+
+    def get(self, name: str, mechanism: int) -> ScramCredential | None:
+        return self.credentials.get((name, mechanism))
+
+    def users(self) -> dict[str, list[ScramCredential]]:
+        """Each user's credentials, users by name and mechanisms in order."""
+        out: dict[str, list[ScramCredential]] = {}
+        for key in sorted(self.credentials):
+            out.setdefault(key[0], []).append(self.credentials[key])
+        return out
+
+
 # --- the image --------------------------------------------------------------------------------
 
 
@@ -330,6 +361,7 @@ class MetadataImage:
     configs: ConfigurationsImage
     producer_ids: ProducerIdsImage
     acls: AclsImage
+    scram: ScramImage = field(default_factory=lambda: ScramImage(MappingProxyType({})))
 
     def __post_init__(self) -> None:
         if self.offset < EMPTY_OFFSET:
@@ -346,7 +378,7 @@ class MetadataImage:
             raise InvariantViolation(
                 f"the image cannot go back from offset {self.offset} to {offset}")
         return MetadataImage(offset, self.cluster, self.topics, self.configs, self.producer_ids,
-                             self.acls)
+                             self.acls, self.scram)
 
     def canonical_lines(self) -> list[str]:
         """A canonical, human-readable encoding: one line per broker, topic, partition, config,
@@ -386,6 +418,12 @@ class MetadataImage:
                 f"host={_quote(acl.host)} {acl.operation} {acl.resource_type} "
                 f"{acl.pattern_type} {_quote(acl.resource_name)}"
             )
+        for (name, mechanism), c in sorted(self.scram.credentials.items()):
+            lines.append(
+                # A digest of the secret parts: equal images still give equal lines, and the
+                # lines (printed by tools and tests) do not carry the keys themselves.
+                f"scram {_quote(name)} {ScramMechanism.Name(mechanism)} "
+                f"iterations={c.iterations} keys={_credential_digest(c)}")
         lines.append(f"producer_ids next={self.producer_ids.next_producer_id}")
         return lines
 
@@ -394,10 +432,15 @@ class MetadataImage:
         return hashlib.sha256("\n".join(self.canonical_lines()).encode()).hexdigest()
 
 
+def _credential_digest(c: ScramCredential) -> str:
+    return hashlib.sha256(c.salt + c.stored_key + c.server_key).hexdigest()[:16]
+
+
 def _ids(broker_ids: tuple[int, ...]) -> str:
     return ",".join(str(b) for b in broker_ids)
 
 
+_EMPTY_SCRAM = ScramImage(MappingProxyType({}))
 _EMPTY_IMAGE = MetadataImage(
     offset=EMPTY_OFFSET,
     cluster=ClusterImage(MappingProxyType({})),
@@ -405,4 +448,5 @@ _EMPTY_IMAGE = MetadataImage(
     configs=ConfigurationsImage(MappingProxyType({})),
     producer_ids=ProducerIdsImage(0),
     acls=AclsImage.of({}),
+    scram=_EMPTY_SCRAM,
 )

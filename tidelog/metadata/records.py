@@ -144,6 +144,11 @@ def _snapshot_records(image: MetadataImage) -> Iterable[metadata_pb2.MetadataRec
     for acl_id, binding in sorted(image.acls.by_id.items()):
         yield metadata_record(metadata_pb2.AclRecord(
             acl_id=acl_id, binding=binding_to_proto(binding)))
+    for (name, mechanism), c in sorted(image.scram.credentials.items()):
+        yield metadata_record(metadata_pb2.UserScramCredentialRecord(
+            name=name, mechanism=mechanism,  # type: ignore[arg-type]
+            salt=c.salt, stored_key=c.stored_key, server_key=c.server_key,
+            iterations=c.iterations))
     if image.producer_ids.next_producer_id > 0:
         # broker_id -1: the snapshot form, not handed to any broker (as Kafka writes it).
         yield metadata_record(metadata_pb2.ProducerIdsRecord(

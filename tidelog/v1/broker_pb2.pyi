@@ -688,3 +688,59 @@ class DescribeAclsResponse(_message.Message):
     error_message: str
     bindings: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]
     def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., bindings: _Optional[_Iterable[_Union[_common_pb2.AclBinding, _Mapping]]] = ...) -> None: ...
+
+class DescribeUserScramCredentialsRequest(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, users: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ScramCredentialInfo(_message.Message):
+    __slots__ = ("mechanism", "iterations")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    mechanism: _common_pb2.ScramMechanism
+    iterations: int
+    def __init__(self, mechanism: _Optional[_Union[_common_pb2.ScramMechanism, str]] = ..., iterations: _Optional[int] = ...) -> None: ...
+
+class DescribeUserScramCredentialsResult(_message.Message):
+    __slots__ = ("user", "error_code", "error_message", "credential_infos")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_INFOS_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    credential_infos: _containers.RepeatedCompositeFieldContainer[ScramCredentialInfo]
+    def __init__(self, user: _Optional[str] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., credential_infos: _Optional[_Iterable[_Union[ScramCredentialInfo, _Mapping]]] = ...) -> None: ...
+
+class DescribeUserScramCredentialsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    results: _containers.RepeatedCompositeFieldContainer[DescribeUserScramCredentialsResult]
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[DescribeUserScramCredentialsResult, _Mapping]]] = ...) -> None: ...
+
+class ScramSaltRequest(_message.Message):
+    __slots__ = ("user", "mechanism")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    mechanism: _common_pb2.ScramMechanism
+    def __init__(self, user: _Optional[str] = ..., mechanism: _Optional[_Union[_common_pb2.ScramMechanism, str]] = ...) -> None: ...
+
+class ScramSaltResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "salt", "iterations")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    salt: bytes
+    iterations: int
+    def __init__(self, error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ..., salt: _Optional[bytes] = ..., iterations: _Optional[int] = ...) -> None: ...

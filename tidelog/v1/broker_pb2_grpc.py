@@ -125,6 +125,21 @@ class BrokerServiceStub:
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.BrokerService/AlterUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.BrokerService/DescribeUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.ScramSalt = channel.unary_unary(
+                '/tidelog.v1.BrokerService/ScramSalt',
+                request_serializer=tidelog_dot_v1_dot_broker__pb2.ScramSaltRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_broker__pb2.ScramSaltResponse.FromString,
+                _registered_method=True)
         self.FindCoordinator = channel.unary_unary(
                 '/tidelog.v1.BrokerService/FindCoordinator',
                 request_serializer=tidelog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
@@ -294,6 +309,29 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """SCRAM users: changes are forwarded to the active controller; descriptions come from this
+        broker's image and never include salts or keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScramSalt(self, request, context):
+        """The salt and iterations a SASL_SSL client needs to derive its SCRAM client key; callable
+        before authenticating. An unknown user gets a stable made-up salt, so this does not tell
+        who exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FindCoordinator(self, request, context):
         """Consumer groups (KIP-848) and committed offsets.
         """
@@ -436,6 +474,21 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DescribeAcls,
                     request_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'ScramSalt': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScramSalt,
+                    request_deserializer=tidelog_dot_v1_dot_broker__pb2.ScramSaltRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_broker__pb2.ScramSaltResponse.SerializeToString,
             ),
             'FindCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.FindCoordinator,
@@ -964,6 +1017,87 @@ class BrokerService:
             '/tidelog.v1.BrokerService/DescribeAcls',
             tidelog_dot_v1_dot_broker__pb2.DescribeAclsRequest.SerializeToString,
             tidelog_dot_v1_dot_broker__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/AlterUserScramCredentials',
+            tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/DescribeUserScramCredentials',
+            tidelog_dot_v1_dot_broker__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScramSalt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.BrokerService/ScramSalt',
+            tidelog_dot_v1_dot_broker__pb2.ScramSaltRequest.SerializeToString,
+            tidelog_dot_v1_dot_broker__pb2.ScramSaltResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     CLUSTER_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     INVALID_TIMESTAMP: _ClassVar[ErrorCode]
+    UNSUPPORTED_SASL_MECHANISM: _ClassVar[ErrorCode]
     UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
     TOPIC_ALREADY_EXISTS: _ClassVar[ErrorCode]
     INVALID_PARTITIONS: _ClassVar[ErrorCode]
@@ -55,6 +56,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DUPLICATE_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
     KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
+    SASL_AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
     UNKNOWN_PRODUCER_ID: _ClassVar[ErrorCode]
     NON_EMPTY_GROUP: _ClassVar[ErrorCode]
     GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
@@ -72,6 +74,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRODUCER_FENCED: _ClassVar[ErrorCode]
     RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
     DUPLICATE_RESOURCE: _ClassVar[ErrorCode]
+    UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
     INVALID_UPDATE_VERSION: _ClassVar[ErrorCode]
     UNKNOWN_TOPIC_ID: _ClassVar[ErrorCode]
     DUPLICATE_BROKER_REGISTRATION: _ClassVar[ErrorCode]
@@ -102,6 +105,12 @@ class TimestampType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     READ_UNCOMMITTED: _ClassVar[IsolationLevel]
+
+class ScramMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCRAM_MECHANISM_UNKNOWN: _ClassVar[ScramMechanism]
+    SCRAM_SHA_256: _ClassVar[ScramMechanism]
+    SCRAM_SHA_512: _ClassVar[ScramMechanism]
 NONE: ErrorCode
 UNKNOWN_SERVER_ERROR: ErrorCode
 OFFSET_OUT_OF_RANGE: ErrorCode
@@ -135,6 +144,7 @@ TOPIC_AUTHORIZATION_FAILED: ErrorCode
 GROUP_AUTHORIZATION_FAILED: ErrorCode
 CLUSTER_AUTHORIZATION_FAILED: ErrorCode
 INVALID_TIMESTAMP: ErrorCode
+UNSUPPORTED_SASL_MECHANISM: ErrorCode
 UNSUPPORTED_VERSION: ErrorCode
 TOPIC_ALREADY_EXISTS: ErrorCode
 INVALID_PARTITIONS: ErrorCode
@@ -148,6 +158,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
 DUPLICATE_SEQUENCE_NUMBER: ErrorCode
 INVALID_PRODUCER_EPOCH: ErrorCode
 KAFKA_STORAGE_ERROR: ErrorCode
+SASL_AUTHENTICATION_FAILED: ErrorCode
 UNKNOWN_PRODUCER_ID: ErrorCode
 NON_EMPTY_GROUP: ErrorCode
 GROUP_ID_NOT_FOUND: ErrorCode
@@ -165,6 +176,7 @@ INVALID_RECORD: ErrorCode
 PRODUCER_FENCED: ErrorCode
 RESOURCE_NOT_FOUND: ErrorCode
 DUPLICATE_RESOURCE: ErrorCode
+UNACCEPTABLE_CREDENTIAL: ErrorCode
 INVALID_UPDATE_VERSION: ErrorCode
 UNKNOWN_TOPIC_ID: ErrorCode
 DUPLICATE_BROKER_REGISTRATION: ErrorCode
@@ -186,6 +198,9 @@ COMPRESSION_ZSTD: CompressionType
 CREATE_TIME: TimestampType
 LOG_APPEND_TIME: TimestampType
 READ_UNCOMMITTED: IsolationLevel
+SCRAM_MECHANISM_UNKNOWN: ScramMechanism
+SCRAM_SHA_256: ScramMechanism
+SCRAM_SHA_512: ScramMechanism
 
 class Header(_message.Message):
     __slots__ = ("key", "value")

@@ -550,3 +550,51 @@ class DeleteAclsResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[DeleteAclsFilterResult]
     controller_hint: _common_pb2.ControllerHint
     def __init__(self, results: _Optional[_Iterable[_Union[DeleteAclsFilterResult, _Mapping]]] = ..., controller_hint: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ...) -> None: ...
+
+class ScramCredentialDeletion(_message.Message):
+    __slots__ = ("name", "mechanism")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: _common_pb2.ScramMechanism
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[_Union[_common_pb2.ScramMechanism, str]] = ...) -> None: ...
+
+class ScramCredentialUpsertion(_message.Message):
+    __slots__ = ("name", "mechanism", "iterations", "salt", "salted_password")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    SALTED_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: _common_pb2.ScramMechanism
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[_Union[_common_pb2.ScramMechanism, str]] = ..., iterations: _Optional[int] = ..., salt: _Optional[bytes] = ..., salted_password: _Optional[bytes] = ...) -> None: ...
+
+class AlterUserScramCredentialsRequest(_message.Message):
+    __slots__ = ("deletions", "upsertions")
+    DELETIONS_FIELD_NUMBER: _ClassVar[int]
+    UPSERTIONS_FIELD_NUMBER: _ClassVar[int]
+    deletions: _containers.RepeatedCompositeFieldContainer[ScramCredentialDeletion]
+    upsertions: _containers.RepeatedCompositeFieldContainer[ScramCredentialUpsertion]
+    def __init__(self, deletions: _Optional[_Iterable[_Union[ScramCredentialDeletion, _Mapping]]] = ..., upsertions: _Optional[_Iterable[_Union[ScramCredentialUpsertion, _Mapping]]] = ...) -> None: ...
+
+class AlterUserScramCredentialsResult(_message.Message):
+    __slots__ = ("user", "error_code", "error_message")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    error_code: _common_pb2.ErrorCode
+    error_message: str
+    def __init__(self, user: _Optional[str] = ..., error_code: _Optional[_Union[_common_pb2.ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class AlterUserScramCredentialsResponse(_message.Message):
+    __slots__ = ("results", "controller_hint")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_HINT_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AlterUserScramCredentialsResult]
+    controller_hint: _common_pb2.ControllerHint
+    def __init__(self, results: _Optional[_Iterable[_Union[AlterUserScramCredentialsResult, _Mapping]]] = ..., controller_hint: _Optional[_Union[_common_pb2.ControllerHint, _Mapping]] = ...) -> None: ...

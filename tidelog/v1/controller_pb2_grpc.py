@@ -89,6 +89,11 @@ class ControllerServiceStub:
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/tidelog.v1.ControllerService/AlterUserScramCredentials',
+                request_serializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
         self.DescribeQuorum = channel.unary_unary(
                 '/tidelog.v1.ControllerService/DescribeQuorum',
                 request_serializer=tidelog_dot_v1_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
@@ -176,6 +181,13 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """SCRAM credentials, forwarded by brokers (Kafka's AlterUserScramCredentials).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeQuorum(self, request, context):
         """Status of the Raft quorum, served by any controller from its own view.
         """
@@ -248,6 +260,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.SerializeToString,
             ),
             'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeQuorum,
@@ -557,6 +574,33 @@ class ControllerService:
             '/tidelog.v1.ControllerService/DeleteAcls',
             tidelog_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
             tidelog_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.ControllerService/AlterUserScramCredentials',
+            tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            tidelog_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

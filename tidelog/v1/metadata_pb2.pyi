@@ -161,8 +161,32 @@ class RemoveAclRecord(_message.Message):
     acl_id: bytes
     def __init__(self, acl_id: _Optional[bytes] = ...) -> None: ...
 
+class UserScramCredentialRecord(_message.Message):
+    __slots__ = ("name", "mechanism", "salt", "stored_key", "server_key", "iterations")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    STORED_KEY_FIELD_NUMBER: _ClassVar[int]
+    SERVER_KEY_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: _common_pb2.ScramMechanism
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[_Union[_common_pb2.ScramMechanism, str]] = ..., salt: _Optional[bytes] = ..., stored_key: _Optional[bytes] = ..., server_key: _Optional[bytes] = ..., iterations: _Optional[int] = ...) -> None: ...
+
+class RemoveUserScramCredentialRecord(_message.Message):
+    __slots__ = ("name", "mechanism")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: _common_pb2.ScramMechanism
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[_Union[_common_pb2.ScramMechanism, str]] = ...) -> None: ...
+
 class MetadataRecord(_message.Message):
-    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "remove_topic", "partition", "partition_change", "config", "producer_ids", "no_op", "acl", "remove_acl")
+    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "remove_topic", "partition", "partition_change", "config", "producer_ids", "no_op", "acl", "remove_acl", "user_scram_credential", "remove_user_scram_credential")
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     FENCE_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +201,8 @@ class MetadataRecord(_message.Message):
     NO_OP_FIELD_NUMBER: _ClassVar[int]
     ACL_FIELD_NUMBER: _ClassVar[int]
     REMOVE_ACL_FIELD_NUMBER: _ClassVar[int]
+    USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     register_broker: RegisterBrokerRecord
     unregister_broker: UnregisterBrokerRecord
     fence_broker: FenceBrokerRecord
@@ -191,7 +217,9 @@ class MetadataRecord(_message.Message):
     no_op: NoOpRecord
     acl: AclRecord
     remove_acl: RemoveAclRecord
-    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., broker_registration_change: _Optional[_Union[BrokerRegistrationChangeRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., acl: _Optional[_Union[AclRecord, _Mapping]] = ..., remove_acl: _Optional[_Union[RemoveAclRecord, _Mapping]] = ...) -> None: ...
+    user_scram_credential: UserScramCredentialRecord
+    remove_user_scram_credential: RemoveUserScramCredentialRecord
+    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., broker_registration_change: _Optional[_Union[BrokerRegistrationChangeRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., acl: _Optional[_Union[AclRecord, _Mapping]] = ..., remove_acl: _Optional[_Union[RemoveAclRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ...) -> None: ...
 
 class MetadataRecordBatch(_message.Message):
     __slots__ = ("schema_version", "records", "append_time_ms")
