@@ -183,6 +183,9 @@ class ControllerRuntime:
             # cluster secret keys the transport's handshake (None: loopback-only dev configs).
             bind_address=f"{config.raft_bind_host}:{me.raft_port}",
             cluster_secret=config.cluster_secret(),
+            # [tls]: the Raft transport runs inside mutual TLS against the cluster CA too, under
+            # the secret's handshake (controller/raft/tls_wire.py).
+            tls_files=config.tls.files() if config.tls.enabled else None,
             settings=RaftSettings(
                 election_timeout_min_s=c.election_timeout_min_ms / 1000,
                 election_timeout_max_s=c.election_timeout_max_ms / 1000,

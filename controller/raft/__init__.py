@@ -11,7 +11,8 @@ API (all thread-safe unless noted)::
 
     quorum = RaftQuorum(node_id, "127.0.0.1:9094", ["127.0.0.1:9095", ...], data_dir,
                         state_machine, settings=RaftSettings(),
-                        bind_address="127.0.0.1:9094", cluster_secret=secret_or_None)
+                        bind_address="127.0.0.1:9094", cluster_secret=secret_or_None,
+                        tls_files=TlsFiles_or_None)    # [tls]: the transport in mutual TLS
     quorum.propose(batch, *, leader_epoch=None, timeout_ms=None) -> Future[int]   # index
     await quorum.propose_async(batch, ...) -> int
     quorum.on_leadership_change(callback)        # callback(is_leader: bool, leader_epoch: int)
@@ -31,8 +32,10 @@ Modules, one concept each (each module's docstring says what and how):
 * self_test.py: the patches' start-up self-test;
 * snapshot_codec.py: the snapshot file format (pure);
 * framing.py: the transport's wire, handshake, frames and restricted unpickler (pure: no
-  pysyncobj import); connection.py: one connection over it; transport.py: the listener and
-  pysyncobj's TCPTransport over Tidelog's wire (_make_transport_class).
+  pysyncobj import); tls_wire.py: mutual TLS under that wire, over memory BIOs, and the
+  certificate contexts that reload renewed files (no pysyncobj import either);
+  connection.py: one connection over both; transport.py: the listener and pysyncobj's
+  TCPTransport over Tidelog's wire (_make_transport_class).
 
 The Raft word "term" stays inside this package: outside it is the quorum's ``leader_epoch``.
 """

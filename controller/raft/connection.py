@@ -3,6 +3,12 @@
 It drives framing.py's _Handshake and _FrameCodec over a non-blocking socket in pysyncobj's
 poller, checks each frame's length against its state's limit before buffering it, and hands
 pysyncobj only messages that passed _decode_message. transport.py creates and tracks them.
+
+With TLS (``tls``: the node's _TlsContexts, when it has ``[tls]``), tls_wire.py's _TlsWire sits
+between the socket and all of that: bytes read go through it and only its plaintext reaches the
+frame logic; everything queued is encrypted before it joins the write buffer. The dialer sends
+its HELLO once the TLS handshake is done, so the handshake timeout covers both, and a TLS
+failure is a refusal like any other.
 """
 
 from __future__ import annotations
@@ -27,8 +33,13 @@ from controller.raft.framing import (
     _Handshake,
     _PeerRefused,
 )
+from controller.raft.tls_wire import _host_of, _TlsContexts, _TlsWire
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
+
+#: How a TLS record carrying a handshake starts (content type 22, version 3.x): what a node
+#: without [tls] reads as the length of a first frame when a node with [tls] dials it.
+_TLS_RECORD_START = b"\x16\x03"
 
 
 def _remote_of(sock: socket.socket) -> str:
@@ -52,7 +63,8 @@ class _RaftConnection:
     def __init__(self, poller: Any, new_handshake: Callable[[], _Handshake], *,
                  sock: socket.socket | None, timeout_s: float, buffer_bytes: int,
                  keepalive: tuple[int, int, int] | None,
-                 on_refused: Callable[[_RaftConnection, str], None]) -> None:
+                 on_refused: Callable[[_RaftConnection, str], None],
+                 tls: _TlsContexts | None = None) -> None:
         # TCPTransport sets these for pysyncobj's own encryption, which is never on here.
         self.encryptor = None
         self.sendRandKey = None
@@ -65,6 +77,10 @@ class _RaftConnection:
         self._buffer_bytes = buffer_bytes
         self._keepalive = keepalive
         self._on_refused = on_refused
+        self._tls_contexts = tls
+        #: This socket's TLS (with [tls] only), made new for every socket.
+        self._tls: _TlsWire | None = None
+        self._tls_established = False
         self._read_buffer = bytearray()
         self._write_buffer = bytearray()
         self._last_read = self.handshake_deadline = 0.0
@@ -137,8 +153,7 @@ class _RaftConnection:
                          kind, self.claimed_address, exc)
             self.disconnect()
             return
-        self._write_buffer += frame
-        self._flush()
+        self._queue(frame)
 
     def disconnect(self) -> None:
         notify = self._on_disconnected is not None \
@@ -149,6 +164,8 @@ class _RaftConnection:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+        self._tls = None
+        self._tls_established = False
         self._read_buffer.clear()
         self._write_buffer.clear()
         self._codec = None
@@ -180,6 +197,13 @@ class _RaftConnection:
         self._socket = sock
         self._fileno = sock.fileno()
         self._state = CONNECTION_STATE.CONNECTING
+        if self._tls_contexts is not None:
+            # The dialer verifies the listener's certificate for the host of the voter address
+            # it dials (not the resolved IP pysyncobj connects to); the listener learns who
+            # dials it from the HELLO (see _on_handshake_frame).
+            dialled = self._handshake.peer_address if self._handshake.is_dialer else None
+            self._tls = self._tls_contexts.wire(
+                server_hostname=None if dialled is None else _host_of(dialled))
         self._tcp_connected = tcp_connected
         if tcp_connected:
             self.remote = _remote_of(sock)
@@ -208,7 +232,15 @@ class _RaftConnection:
                 return
             self._tcp_connected = True
             self.remote = _remote_of(self._socket)
-            self._queue_frame(self._handshake.hello())
+            if self._tls is not None:
+                try:
+                    self._write_buffer += self._tls.start()  # the HELLO follows TLS's handshake
+                except _PeerRefused as exc:
+                    self._refuse_tls(str(exc))
+                    return
+                self._flush()
+            else:
+                self._queue_frame(self._handshake.hello())
         if event & POLL_EVENT_TYPE.WRITE:
             self._flush()
         if event & POLL_EVENT_TYPE.READ and self._state != CONNECTION_STATE.DISCONNECTED:
@@ -231,6 +263,8 @@ class _RaftConnection:
             return
         # Bounded read-ahead: at most one frame of this state's limit plus one recv.
         limit = _FRAME_BYTES_MAX if self._codec is not None else _HANDSHAKE_FRAME_BYTES_MAX
+        # With TLS the limit counts plaintext: each recv adds at most its own size (the TLS
+        # layer keeps no more than one partial record back).
         closed = False
         while len(self._read_buffer) < _FRAME_LENGTH.size + limit:
             try:
@@ -243,8 +277,20 @@ class _RaftConnection:
             if not data:
                 closed = True
                 break
-            self._read_buffer += data
             self._last_read = time.monotonic()
+            tls = self._tls
+            if tls is not None:
+                try:
+                    data = self._from_tls(tls, data)
+                except _PeerRefused as exc:
+                    self._refuse_tls(str(exc))
+                    return
+                if self._socket is None:  # its reply could not be sent: disconnected
+                    return
+                closed = tls.closed
+            self._read_buffer += data
+            if closed:
+                break
         self._process_frames()
         if closed:
             self.disconnect()
@@ -256,6 +302,11 @@ class _RaftConnection:
             (length,) = _FRAME_LENGTH.unpack_from(buffer, 0)
             limit = _FRAME_BYTES_MAX if self._codec is not None else _HANDSHAKE_FRAME_BYTES_MAX
             if length > limit:
+                if self._tls is None and self._codec is None \
+                        and buffer.startswith(_TLS_RECORD_START):
+                    self._refuse("the peer starts TLS, but this node has no [tls] (TLS on the "
+                                 "Raft transport needs [tls] on every controller)")
+                    return
                 self._refuse(f"a frame of {length} bytes exceeds the limit of {limit}")
                 return
             end = _FRAME_LENGTH.size + length
@@ -276,6 +327,14 @@ class _RaftConnection:
 
     def _on_handshake_frame(self, body: bytes) -> None:
         reply, codec = self._handshake.receive(body)
+        if self._tls is not None and not self._handshake.is_dialer and codec is None \
+                and self.claimed_address is not None:
+            # The HELLO named the voter the dialer claims to be: its certificate (of the CA,
+            # verified in the TLS handshake) must cover that voter's host, as the dialer checks
+            # the listener's. Refused before the challenge is sent.
+            mismatch = self._tls.peer_mismatch(_host_of(self.claimed_address))
+            if mismatch is not None:
+                raise _PeerRefused(mismatch)
         if reply is not None:
             self._queue_frame(reply)
         if codec is None:
@@ -290,8 +349,40 @@ class _RaftConnection:
             self.on_authenticated(self.claimed_address)
 
     def _queue_frame(self, body: bytes) -> None:
-        self._write_buffer += _FRAME_LENGTH.pack(len(body)) + body
+        self._queue(_FRAME_LENGTH.pack(len(body)) + body)
+
+    def _queue(self, data: bytes) -> None:
+        """Queues bytes of the wire (handshake or data frames), encrypted when TLS is on."""
+        if self._tls is not None:
+            try:
+                data = self._tls.send(data)
+            except _PeerRefused as exc:
+                self._refuse_tls(str(exc))
+                return
+        self._write_buffer += data
         self._flush()
+
+    def _from_tls(self, tls: _TlsWire, data: bytes) -> bytes:
+        """Ciphertext read in, the plaintext it completes out; sends what TLS answers, and the
+        dialer's HELLO once the TLS handshake is done."""
+        plaintext = tls.receive(data)
+        self._write_buffer += tls.outgoing()
+        if tls.handshake_done and not self._tls_established:
+            self._tls_established = True
+            if self._handshake.is_dialer:
+                self._queue_frame(self._handshake.hello())  # flushes the TLS reply with it
+                return plaintext
+        if self._write_buffer:
+            self._flush()
+        return plaintext
+
+    def _refuse_tls(self, reason: str) -> None:
+        # The alert TLS prepared says why (e.g. "unknown ca") to the peer: sent if the socket
+        # takes it now, never waited for.
+        if self._tls is not None:
+            self._write_buffer += self._tls.outgoing()
+            self._flush()
+        self._refuse(reason)
 
     def _refuse(self, reason: str) -> None:
         self._on_refused(self, reason)

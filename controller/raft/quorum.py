@@ -82,8 +82,10 @@ from controller.raft.patches import _STATE_LEADER, _PatchedSyncObj
 from controller.raft.self_test import _self_test
 from controller.raft.settings import RaftSettings
 from controller.raft.snapshot_codec import _decode_snapshot, _encode_snapshot
+from controller.raft.tls_wire import _TlsContexts
 from controller.raft.transport import _make_transport_class
 from tidelog.cluster_secret import derive_key, is_loopback
+from tidelog.tls import TlsFiles
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 
@@ -186,6 +188,7 @@ class RaftQuorum:
         settings: RaftSettings,
         bind_address: str | None = None,
         cluster_secret: str | None = None,
+        tls_files: TlsFiles | None = None,
         on_leadership_change: Callable[[bool, int], None] | None = None,
     ) -> None:
         peers = [p for p in peer_addresses if p != self_address]
@@ -202,6 +205,9 @@ class RaftQuorum:
         self.peer_addresses: tuple[str, ...] = tuple(sorted(peers))
         self._settings = settings
         self._state_machine = state_machine
+        # The node's [tls] files: the transport runs inside mutual TLS (tls_wire.py). Loaded now,
+        # so an unusable file fails the constructor with InvalidConfigError naming it.
+        self._tls = None if tls_files is None else _TlsContexts(tls_files)
         self._data_dir = Path(data_dir)
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self.journal_path = self._data_dir / "raft.journal"
@@ -430,6 +436,7 @@ class RaftQuorum:
             "peer_match_index": self.peer_match_index(),
             "pysyncobj_patches": self.patch_counts(),
             "transport_refused": self.transport_refusals(),
+            "transport_tls": self._tls is not None,
             "running": self._thread.is_alive(),
             "failure": None if self._failure is None else repr(self._failure),
         }
@@ -462,7 +469,7 @@ class RaftQuorum:
                 self.self_address, list(self.peer_addresses), self._build_conf(),
                 consumers=[consumer],
                 transportClass=_make_transport_class(self._settings, self._on_forward_attempt,
-                                                     key=key),
+                                                     key=key, tls=self._tls),
             )
             method_name = self._syncobj._getFuncName((id(consumer), "append"))
             method_id = self._syncobj._methodToID[(id(consumer), method_name)]
@@ -473,8 +480,9 @@ class RaftQuorum:
             started.set()
             return
         started.set()
-        logger.info("raft node %d started at %s (listening on %s) with peers %s",
+        logger.info("raft node %d started at %s (listening on %s, %s) with peers %s",
                     self.node_id, self.self_address, self.bind_address,
+                    "mutual TLS" if self._tls is not None else "no TLS",
                     list(self.peer_addresses))
         try:
             self._tick_loop()

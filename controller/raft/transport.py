@@ -15,13 +15,14 @@ Anything else closes that connection (logged as a refusal with the peer's addres
 reason, rate-limited, and counted in ``transport_refusals()``); pysyncobj redials as after any
 lost connection, so no input can stop or stall the node. Without a cluster secret (loopback-only
 development configs) the same wire runs under a fixed key: it then proves only that the peer
-can reach loopback, and the quorum logs a WARNING saying so. Frames are authenticated, not
-encrypted: confidentiality comes with TLS (the security issue). pysyncobj's ``password``
-encryption is not used.
+can reach loopback, and the quorum logs a WARNING saying so. The frames are authenticated, not
+encrypted; with ``[tls]`` the whole wire runs inside mutual TLS against the cluster CA
+(tls_wire.py), which adds confidentiality and a second, independent authentication (the
+certificate must also cover the voter's host). pysyncobj's ``password`` encryption is not used.
 
-framing.py holds the wire (handshake, frames, restricted unpickler), connection.py one
-connection; this module holds the listener, the refusal log and the transport class itself
-(_make_transport_class).
+framing.py holds the wire (handshake, frames, restricted unpickler), tls_wire.py the TLS under
+it, connection.py one connection; this module holds the listener, the refusal log and the
+transport class itself (_make_transport_class).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from controller.raft.connection import _RaftConnection
 from controller.raft.framing import _KEEPALIVE_TYPE, _Handshake
 from controller.raft.patches import _RejectFloor
 from controller.raft.settings import RaftSettings
+from controller.raft.tls_wire import _TlsContexts
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 
@@ -130,11 +132,12 @@ class _RaftListener:
 
 
 def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[Any], None], *,
-                          key: bytes) -> type:
+                          key: bytes, tls: _TlsContexts | None = None) -> type:
     """pysyncobj's TCP transport over Tidelog's wire, with three more changes.
 
     Wire. Connections are _RaftConnection (handshake keyed by ``key``, MAC'd frames, restricted
-    unpickler) and the listener is _RaftListener on SyncObjConf.bindAddress. A listener accepts
+    unpickler; inside mutual TLS with ``tls``) and the listener is _RaftListener on
+    SyncObjConf.bindAddress. A listener accepts
     only a configured voter whose address is greater than its own (pysyncobj's rule for who
     dials whom) and that proved the key; it answers no utility message (none is registered:
     syncobj_admin's status, add, remove, set_version, transfer) and admits no read-only node.
@@ -188,7 +191,7 @@ def _make_transport_class(settings: RaftSettings, on_forward_attempt: Callable[[
                 functools.partial(_Handshake, key, self_address=self._selfNode.address,
                                   dial_address=dial_address, accept_peer=self._accept_peer),
                 sock=sock, timeout_s=conf.connectionTimeout, buffer_bytes=conf.recvBufferSize,
-                keepalive=conf.tcp_keepalive, on_refused=self._on_refused)
+                keepalive=conf.tcp_keepalive, on_refused=self._on_refused, tls=tls)
 
         def addNode(self, node: Any) -> None:
             # pysyncobj's addNode with our connection for the nodes this one dials.
