@@ -157,6 +157,11 @@ class BrokerMetrics:
             p + "authorization_failures", "requests or parts of requests refused by the ACLs, "
             "by resource type and operation (each also logged by tidelog.audit)",
             ["resource_type", "operation"], registry=registry)
+        self.authentication_failures = Counter(
+            p + "authentication_failures", "calls on the client listener refused "
+            "UNAUTHENTICATED (a wrong or unknown SCRAM credential, a mechanism not enabled, or "
+            "none where [sasl] required), by mechanism (each also logged by tidelog.audit)",
+            ["mechanism"], registry=registry)
         self._lag_labels: set[tuple[str, ...]] = set()
         self._hw_lag_labels: set[tuple[str, ...]] = set()
         self._size_labels: set[tuple[str, ...]] = set()

@@ -19,11 +19,13 @@ stream) stops the broker: ``failure`` says why and the node exits non-zero.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from broker.authz.authn import Authenticator
 from broker.authz.gate import Gate
 from broker.controller_client import ControllerClient
 from broker.group.coordinator import GroupCoordinatorConfig
@@ -34,6 +36,7 @@ from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_listener import MetadataListener
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from tidelog.cluster_secret import derive_key
 from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
@@ -98,6 +101,12 @@ class BrokerRuntime:
         #: ACL decisions for the client listener (broker.authz; off unless configured).
         self.authz = Gate(config.authorization, lambda: self.listener.image,
                           metrics.authorization_failures if metrics is not None else None)
+        #: SCRAM users and required authentication on the client listener (broker.authz.authn).
+        self.authn = Authenticator(
+            config.sasl, lambda: self.listener.image,
+            certificates_verified=config.tls.enabled and config.tls.client_auth != "none",
+            decoy_key=_decoy_key(config, cluster_id),
+            failures=metrics.authentication_failures if metrics is not None else None)
         if isinstance(registry, CollectorRegistry):  # read at scrape time (broker.group.metrics)
             registry.register(GroupMetricsCollector(self.group_coordinator))
 
@@ -173,3 +182,12 @@ class BrokerRuntime:
         if not self.listener.is_caught_up:
             return "catching up with the metadata log"
         return None
+
+
+def _decoy_key(config: NodeConfig, cluster_id: str) -> bytes:
+    """The key of the made-up salts ScramSalt gives for unknown users: the same on every broker,
+    and secret where the cluster has a secret (else anyone could compute the made-up salts and
+    tell them from real ones)."""
+    secret = config.cluster_secret()
+    return derive_key(secret, "scram-decoy-salts") if secret is not None \
+        else hashlib.sha256(f"tidelog-scram-decoy-salts\0{cluster_id}".encode()).digest()

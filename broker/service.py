@@ -19,13 +19,13 @@ from typing import Any
 import grpc
 
 from broker.authz.groups import GroupChecks
-from broker.authz.principal import ANONYMOUS, Who, who_is
+from broker.authz.principal import ANONYMOUS, Who
 from broker.authz.rpcs import Checks, refused_admin_response
 from broker.handlers import DataPlaneHandlers
 from broker.handlers.groups import client_identity
 from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
-from tidelog import limits
+from tidelog import limits, scram
 from tidelog.acl import binding_to_proto, filter_from_proto
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.topic_names import INTERNAL_TOPICS
@@ -75,6 +75,25 @@ def metadata_response(image: MetadataImage, topics: list[str], *, cluster_id: st
     return response
 
 
+def describe_scram_users(image: MetadataImage,
+                         users: list[str]) -> pb.DescribeUserScramCredentialsResponse:
+    """Mechanisms and iterations of the named users (all when none is named), never salts or
+    keys; a named user without credentials gets RESOURCE_NOT_FOUND (Kafka's answer)."""
+    by_user = image.scram.users()
+    response = pb.DescribeUserScramCredentialsResponse()
+    for user in dict.fromkeys(users) if users else by_user:
+        result = response.results.add(user=user)
+        credentials = by_user.get(user)
+        if not credentials:
+            result.error_code = ErrorCode.RESOURCE_NOT_FOUND
+            result.error_message = f"user {user!r} has no SCRAM credentials"
+            continue
+        for c in credentials:
+            result.credential_infos.add(mechanism=c.mechanism,  # type: ignore[arg-type]
+                                        iterations=c.iterations)
+    return response
+
+
 def produce_error_response(request: pb.ProduceRequest, error: Exception) -> pb.ProduceResponse:
     """UNKNOWN_SERVER_ERROR for every partition of ``request`` (a handler bug, not the
     client's input)."""
@@ -97,7 +116,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         self.group_checks = GroupChecks(self.checks)
 
     def _who(self, context: Any) -> Who:
-        return who_is(context) if self.checks.gate.enabled else NOBODY
+        return self.rt.authn.who(context) if self.checks.gate.enabled else NOBODY
 
     # --- metadata and cluster ------------------------------------------------------------------
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
@@ -164,6 +183,34 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 cpb.DeleteAclsFilterResult(error_code=refusal.code, error_message=refusal.why)
                 for _ in request.filters])
         return await self.rt.client.forward("DeleteAcls", request)
+
+    # --- SCRAM users: changes forwarded to the controller, the rest from this broker's image ---
+    async def AlterUserScramCredentials(self, request: cpb.AlterUserScramCredentialsRequest,
+                                        context: Any) -> Any:
+        refusal = self.checks.admin(self._who(context), "AlterUserScramCredentials", request)
+        if refusal is not None:
+            return cpb.AlterUserScramCredentialsResponse(results=[
+                cpb.AlterUserScramCredentialsResult(user=user, error_code=refusal.code,
+                                                    error_message=refusal.why)
+                for user in scram.request_users(request)])
+        return await self.rt.client.forward("AlterUserScramCredentials", request)
+
+    async def DescribeUserScramCredentials(
+            self, request: pb.DescribeUserScramCredentialsRequest,
+            context: Any) -> pb.DescribeUserScramCredentialsResponse:
+        refusal = self.checks.admin(self._who(context), "DescribeUserScramCredentials", request)
+        if refusal is not None:
+            return pb.DescribeUserScramCredentialsResponse(error_code=refusal.code,
+                                                           error_message=refusal.why)
+        return describe_scram_users(self.rt.listener.image, list(request.users))
+
+    async def ScramSalt(self, request: pb.ScramSaltRequest,
+                        context: Any) -> pb.ScramSaltResponse:
+        problem, salt, iterations = self.rt.authn.salt(request.user, request.mechanism)
+        if problem:
+            return pb.ScramSaltResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                        error_message=problem)
+        return pb.ScramSaltResponse(salt=salt, iterations=iterations)
 
     async def DescribeAcls(self, request: pb.DescribeAclsRequest,
                            context: Any) -> pb.DescribeAclsResponse:

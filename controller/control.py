@@ -56,6 +56,7 @@ from controller.managers.scram_control import ScramControlManager
 from tidelog import limits
 from tidelog.errors import NotControllerError, PolicyViolationError
 from tidelog.invariants import InvariantViolation, check
+from tidelog.metadata.bootstrap import is_blank
 from tidelog.metadata.delta import MetadataDelta, apply_records
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import (
@@ -156,9 +157,12 @@ class ControllerLogic:
         config: ControllerConfig | None = None,
         image: MetadataImage | None = None,
         check_speculative: bool = False,
+        bootstrap: Sequence[metadata_pb2.MetadataRecord] = (),
     ) -> None:
         """``check_speculative`` (tests) compares speculative and committed digests whenever
-        every proposal has committed: they must be equal."""
+        every proposal has committed: they must be equal. ``bootstrap``: records for a brand-new
+        cluster (tidelog.metadata.bootstrap), proposed with the NoOp while the image is blank."""
+        self._bootstrap = tuple(bootstrap)
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._config = config or ControllerConfig()
@@ -241,8 +245,10 @@ class ControllerLogic:
         self._active = True
         self.abandon_pending()
         self._cluster.on_become_active(self._committed, now_ms)
-        record = metadata_record(metadata_pb2.NoOpRecord(controller_id=self._node_id))
-        return self._propose([record], None)
+        records = [metadata_record(metadata_pb2.NoOpRecord(controller_id=self._node_id))]
+        if self._bootstrap and is_blank(self._committed):
+            records.extend(self._bootstrap)  # a new cluster: its first users (--add-scram)
+        return self._propose(records, None)
 
     def on_resign(self) -> None:
         """Stop acting as active: drop speculative state and heartbeat sessions."""

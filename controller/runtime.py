@@ -43,6 +43,7 @@ from tidelog.config import NodeConfig, VoterConfig
 from tidelog.errors import error_for_code
 from tidelog.invariants import check
 from tidelog.metadata import records as metadata_records
+from tidelog.metadata.bootstrap import read_bootstrap
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -157,6 +158,7 @@ class ControllerRuntime:
             # topic's id could come back for a new topic and meet the old topic's logs on a broker
             # that missed the deletion. Simulations and unit tests pass their own seeded Random.
             rng=random.Random(),
+            bootstrap=read_bootstrap(config.data_dir),
             config=LogicConfig(
                 broker_session_timeout_ms=c.broker_session_timeout_ms,
                 num_partitions=c.default_num_partitions,

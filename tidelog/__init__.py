@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         Producer,
         RecordMetadata,
         TopicPartition,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
     )
     from tidelog.errors import TidelogError
 
@@ -39,6 +41,8 @@ __all__ = [
     "RecordMetadata",
     "TidelogError",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "errors",
 ]
 
@@ -52,6 +56,8 @@ _LAZY = {
     "Producer": "tidelog.client",
     "RecordMetadata": "tidelog.client",
     "TopicPartition": "tidelog.client",
+    "UserScramCredentialDeletion": "tidelog.client",
+    "UserScramCredentialUpsertion": "tidelog.client",
     "TidelogError": "tidelog.errors",
 }
 

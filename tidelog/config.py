@@ -32,7 +32,8 @@ from typing import Any
 
 from tidelog.cluster_secret import is_loopback, read_secret_file
 from tidelog.errors import InvalidConfigError
-from tidelog.tls import CLIENT_AUTH, TlsFiles
+from tidelog.scram import MECHANISMS as SCRAM_MECHANISMS
+from tidelog.tls import CLIENT_AUTH, REQUESTED_UNAVAILABLE, TlsFiles
 
 __all__ = [
     "AuthorizationConfig",
@@ -40,6 +41,7 @@ __all__ = [
     "ControllerConfig",
     "MetricsConfig",
     "NodeConfig",
+    "SaslConfig",
     "TlsConfig",
     "VoterConfig",
     "load_config",
@@ -175,7 +177,7 @@ class TlsConfig:
         "files are served to new connections without a restart", "")
     key_file: str = _doc("the certificate's private key (PEM, mode 0600)", "")
     client_auth: str = _doc(
-        "the client listener's client certificates: none, requested or required (Kafka's "
+        "the client listener's client certificates: none or required (Kafka's "
         "ssl.client.auth)", "none")
     client_listener: str = _doc(
         "tls or plaintext: plaintext leaves the client listener unencrypted, allowed only when "
@@ -190,13 +192,29 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class SaslConfig:
+    """[sasl]: username/password clients (SCRAM credentials in the metadata log) on the client
+    listener, Kafka's SASL_SSL."""
+
+    enabled_mechanisms: tuple[str, ...] = _doc(
+        'SCRAM mechanisms clients may authenticate with, e.g. ["SCRAM-SHA-256", '
+        '"SCRAM-SHA-512"] (sasl.enabled.mechanisms); empty = no SASL. Needs the client '
+        "listener on TLS: the proof a client sends is as good as its password",
+        default_factory=tuple)
+    required: bool = _doc(
+        "refuse every call on the client listener that is not authenticated, by SCRAM or by a "
+        "client certificate the listener verified (a SASL_SSL listener; UNAUTHENTICATED "
+        "SASL_AUTHENTICATION_FAILED)", False)
+
+
+@dataclass(frozen=True)
 class AuthorizationConfig:
     """[authorization]: ACLs on the client listener (Kafka's StandardAuthorizer)."""
 
     enabled: bool = _doc(
         "check every client request against the ACLs in the metadata log (Kafka's "
-        "authorizer.class.name); principals are User:<certificate CN> with TLS client "
-        "certificates, else User:ANONYMOUS", False)
+        "authorizer.class.name); principals are User:<name> of a SCRAM user ([sasl]), else "
+        "User:<certificate CN> with TLS client certificates, else User:ANONYMOUS", False)
     super_users: tuple[str, ...] = _doc(
         'principals allowed everything, e.g. ["User:admin"] (super.users)',
         default_factory=tuple)
@@ -229,6 +247,7 @@ class NodeConfig:
     broker: BrokerConfig = _doc("[broker] table", default_factory=BrokerConfig)
     metrics: MetricsConfig = _doc("[metrics] table", default_factory=MetricsConfig)
     tls: TlsConfig = _doc("[tls] table", default_factory=TlsConfig)
+    sasl: SaslConfig = _doc("[sasl] table", default_factory=SaslConfig)
     authorization: AuthorizationConfig = _doc("[authorization] table",
                                               default_factory=AuthorizationConfig)
 
@@ -300,7 +319,7 @@ def _required(f: dataclasses.Field[Any]) -> bool:
 
 
 _NESTED = {"controller": ControllerConfig, "broker": BrokerConfig, "metrics": MetricsConfig,
-           "tls": TlsConfig, "authorization": AuthorizationConfig}
+           "tls": TlsConfig, "sasl": SaslConfig, "authorization": AuthorizationConfig}
 
 
 def _convert(cls: type[Any], f: dataclasses.Field[Any], value: Any, key: str) -> Any:
@@ -369,6 +388,7 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
             "broker.inter_broker_port must differ from broker.port: replication is served on a "
             "listener of its own, never to clients")
     _validate_tls(cfg)
+    _validate_sasl(cfg)
     if cfg.cluster_secret_file:
         cfg.cluster_secret()  # unreadable, too open or too short: one line now, not at first use
     else:
@@ -383,6 +403,8 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
 
 def _validate_tls(cfg: NodeConfig) -> None:
     tls = cfg.tls
+    if tls.client_auth == "requested":
+        raise InvalidConfigError(f"tls.{REQUESTED_UNAVAILABLE}")
     if tls.client_auth not in CLIENT_AUTH:
         raise InvalidConfigError(f"tls.client_auth must be one of {', '.join(CLIENT_AUTH)}, "
                                  f"got {tls.client_auth!r}")
@@ -401,6 +423,24 @@ def _validate_tls(cfg: NodeConfig) -> None:
         raise InvalidConfigError(
             f"tls.client_listener = \"plaintext\" is allowed only on loopback, and "
             f"broker.listen_host is {cfg.broker.listen_host!r}")
+
+
+def _validate_sasl(cfg: NodeConfig) -> None:
+    sasl, tls = cfg.sasl, cfg.tls
+    unknown = [m for m in sasl.enabled_mechanisms if m not in SCRAM_MECHANISMS]
+    if unknown:
+        raise InvalidConfigError(f"sasl.enabled_mechanisms: {unknown[0]!r} is not one of "
+                                 f"{', '.join(SCRAM_MECHANISMS)}")
+    client_tls = tls.enabled and tls.client_listener == "tls"
+    if sasl.enabled_mechanisms and not client_tls:
+        raise InvalidConfigError(
+            "sasl.enabled_mechanisms needs the client listener on TLS ([tls] set and "
+            "tls.client_listener = \"tls\"): a client's SCRAM proof is as good as its password")
+    if sasl.required and not sasl.enabled_mechanisms and \
+            not (client_tls and tls.client_auth != "none"):
+        raise InvalidConfigError(
+            "sasl.required = true, but no client could authenticate: enable SCRAM "
+            "(sasl.enabled_mechanisms) or client certificates (tls.client_auth)")
 
 
 def parse_config(text: str, *, source: str = "<config>") -> NodeConfig:
@@ -430,7 +470,7 @@ def markdown() -> str:
     for title, cls in (("top level", NodeConfig), ("[controller]", ControllerConfig),
                        ("[[controller.voters]]", VoterConfig), ("[broker]", BrokerConfig),
                        ("[metrics]", MetricsConfig), ("[tls]", TlsConfig),
-                       ("[authorization]", AuthorizationConfig)):
+                       ("[sasl]", SaslConfig), ("[authorization]", AuthorizationConfig)):
         lines += [f"## {title}", "", "| key | default | meaning |", "|---|---|---|"]
         for f in dataclasses.fields(cls):
             if f.name in _NESTED:

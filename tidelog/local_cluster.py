@@ -164,6 +164,7 @@ class LocalCluster:
         CLI; returns the profile's path."""
         from tidelog.certs import issue, make_ca
         from tidelog.cluster_secret import write_secret_file
+        from tidelog.scram import MECHANISMS as SCRAM_MECHANISMS
 
         pki = self.base_dir / "pki"
         pki.mkdir(exist_ok=True)
@@ -176,6 +177,8 @@ class LocalCluster:
         self.overrides["tls"] = {"ca_file": str(pki / "ca.crt"),
                                  "cert_file": f"{pki}/{{name}}.crt",
                                  "key_file": f"{pki}/{{name}}.key"}
+        # SCRAM users too (tidelog user create): a TLS cluster takes both kinds of client.
+        self.overrides["sasl"] = {"enabled_mechanisms": list(SCRAM_MECHANISMS)}
         profile = self.base_dir / "profile.toml"
         profile.write_text(f'brokers = "{self.bootstrap}"\nsecurity_protocol = "SSL"\n'
                            f'ssl_cafile = "{pki / "ca.crt"}"\n'
@@ -203,6 +206,8 @@ class LocalCluster:
             tls = {k: v.format(name=spec.name) if isinstance(v, str) else v
                    for k, v in self.overrides["tls"].items()}
             lines += ["[tls]", *_toml_items(tls), ""]
+        if "sasl" in self.overrides:
+            lines += ["[sasl]", *_toml_items(self.overrides["sasl"]), ""]
         if "authorization" in self.overrides:
             lines += ["[authorization]", *_toml_items(self.overrides["authorization"]), ""]
         for voter in self.controllers():

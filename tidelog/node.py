@@ -122,13 +122,15 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
     """The broker's two listeners: clients (BrokerService) on ``listen_host:port``, follower
     fetches (ReplicaService, brokers with a credential only) on
     ``inter_broker_listen_host:inter_broker_port``."""
+    from broker.authz.authn import AuthenticationInterceptor
     from broker.runtime import BrokerRuntime
     from broker.service import add_replica_service, add_to_server
     from tidelog.peer_auth import PeerAuthInterceptor
 
     b = config.broker
     runtime = BrokerRuntime(config, cluster_id=cluster_id, registry=registry)
-    server = _server(limits.CLIENT_LISTENER_CONCURRENT_RPCS_MAX, [])
+    server = _server(limits.CLIENT_LISTENER_CONCURRENT_RPCS_MAX,
+                     [AuthenticationInterceptor(runtime.authn)] if runtime.authn.active else [])
     add_to_server(server, runtime)
     client_tls = config.tls.enabled and config.tls.client_listener == "tls"
     address = _bind(server, b.listen_host, b.port, "broker.listen_host", "broker.port",

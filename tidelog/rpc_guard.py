@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-__all__ = ["DecodeGuardInterceptor"]
+__all__ = ["DecodeGuardInterceptor", "maybe_await", "responses_of"]
 
 log = logging.getLogger("tidelog.rpc_guard")
 
@@ -96,7 +96,7 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
             if isinstance(request, _Undecodable):
                 await refuse(request, context)
             try:
-                return await _maybe_await(inner_uu(request, context))
+                return await maybe_await(inner_uu(request, context))
             except NotImplementedError:
                 await not_implemented(context)
         return grpc.unary_unary_rpc_method_handler(
@@ -111,7 +111,7 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
                 responses = inner_us(request, context)
             except NotImplementedError:
                 await not_implemented(context)
-            async for response in _responses(responses):
+            async for response in responses_of(responses):
                 yield response
         return grpc.unary_stream_rpc_method_handler(
             unary_stream, request_deserializer=deserialize, response_serializer=serialize)
@@ -121,7 +121,7 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
         async def stream_unary(requests: Any, context: Any) -> Any:
             bad: list[_Undecodable] = []
             try:
-                response = await _maybe_await(inner_su(checked_stream(requests, bad), context))
+                response = await maybe_await(inner_su(checked_stream(requests, bad), context))
             except NotImplementedError:
                 await not_implemented(context)
             if bad:
@@ -137,7 +137,7 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
             responses = inner_ss(checked_stream(requests, bad), context)
         except NotImplementedError:
             await not_implemented(context)
-        async for response in _responses(responses):
+        async for response in responses_of(responses):
             yield response
         if bad:
             await refuse(bad[0], context)
@@ -145,11 +145,11 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
         stream_stream, request_deserializer=deserialize, response_serializer=serialize)
 
 
-async def _maybe_await(result: Any) -> Any:
+async def maybe_await(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
-async def _responses(result: Any) -> AsyncIterator[Any]:
+async def responses_of(result: Any) -> AsyncIterator[Any]:
     """A streaming behaviour's answers: an async generator's items, or nothing for one that
     writes with ``context.write`` (a coroutine), which is awaited."""
     if inspect.isasyncgen(result):

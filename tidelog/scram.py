@@ -174,8 +174,8 @@ def upsertion_problem(name: str, mechanism_value: int, iterations: int, salt: by
 # --- the call credentials' metadata keys (a SASL_SSL client sends all three on every call)
 #: The mechanism's SASL name, e.g. SCRAM-SHA-256.
 METADATA_MECHANISM: Final = "tidelog-sasl-mechanism"
-#: The user name (UTF-8).
-METADATA_USER: Final = "tidelog-sasl-username"
+#: The user name, UTF-8 bytes (binary, so that a name need not be ASCII).
+METADATA_USER: Final = "tidelog-sasl-username-bin"
 #: The ClientKey, binary (gRPC's "-bin" suffix: sent base64 on the wire, bytes in Python).
 METADATA_PROOF: Final = "tidelog-scram-client-key-bin"
 

@@ -1,8 +1,8 @@
 """TLS for gRPC: the one module that turns certificate files into grpc credentials.
 
-Nodes (tidelog/config.py's ``[tls]`` table) and clients (``security_protocol="SSL"``) give PEM
-files; this module reads them, says in one line what is wrong with them (a missing file, a key
-others can read, a certificate that is not PEM), and builds:
+Nodes (tidelog/config.py's ``[tls]`` table) and clients (``security_protocol="SSL"`` or
+``"SASL_SSL"``) give PEM files; this module reads them, says in one line what is wrong with them
+(a missing file, a key others can read, a certificate that is not PEM), and builds:
 
 * **server credentials that reload**: gRPC asks :class:`_Reloader` for the certificate
   configuration on every new handshake; it answers with the files' contents when their
@@ -14,7 +14,10 @@ others can read, a certificate that is not PEM), and builds:
   server wants one): the node's own outgoing channels (to controllers, to leaders) and the
   clients';
 * :class:`ChannelFactory`: opens an aio channel to an address, secure when credentials are set,
-  plaintext otherwise, so code that dials peers does not care which.
+  plaintext otherwise, so code that dials peers does not care which. A SASL_SSL client's factory
+  also carries call credentials (:class:`CallAuth`, the SCRAM plugin of
+  ``tidelog/client/_scram_auth.py``): they ride on every call of its TLS channels, and survive a
+  renewal of the TLS files.
 
 Peer listeners (controller, inter-broker) require a client certificate signed by the CA (mutual
 TLS): a node of another cluster, or anything without a certificate, fails the handshake before a
@@ -29,17 +32,21 @@ import stat
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
+from tidelog import scram
 from tidelog.errors import InvalidConfigError
 
 __all__ = [
     "CLIENT_AUTH",
+    "SASL_MECHANISMS",
+    "SASL_MECHANISM_DEFAULT",
     "SECURITY_PROTOCOLS",
+    "CallAuth",
     "ChannelFactory",
     "ClientSecurity",
     "TlsFiles",
@@ -49,9 +56,21 @@ __all__ = [
 log = logging.getLogger("tidelog.tls")
 
 #: Kafka's ssl.client.auth values.
-CLIENT_AUTH = ("none", "requested", "required")
-#: The client's security_protocol values (SASL_SSL comes with the authentication work).
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+CLIENT_AUTH = ("none", "required")
+#: Why Kafka's third value is refused: grpcio's Python server credentials either require a
+#: client certificate or do not ask for one (GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE), so a
+#: "requested" listener would silently see no certificate at all (measured: an auth context
+#: without x509 names although the client sent a certificate).
+REQUESTED_UNAVAILABLE = (
+    'client_auth = "requested" is not available: gRPC\'s Python server cannot ask for a '
+    'client certificate without requiring one. Use "required" (every client presents one; '
+    'SCRAM users too) or "none" (SCRAM users and anonymous clients)')
+#: The client's security_protocol values (Kafka's, less SASL_PLAINTEXT: a SCRAM client key is a
+#: bearer token and travels inside TLS only).
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+#: The client's sasl_mechanism values.
+SASL_MECHANISMS = tuple(scram.MECHANISMS)
+SASL_MECHANISM_DEFAULT = "SCRAM-SHA-256"
 #: How often a channel factory looks at its files' modification times, at most.
 RELOAD_CHECK_S = 5.0
 
@@ -146,8 +165,7 @@ class _Reloader:
 
 def server_credentials(files: TlsFiles, *, client_auth: str, where: str) -> grpc.ServerCredentials:
     """Server credentials for one listener, reloading renewed files (see the module doc).
-    ``client_auth``: none | requested | required (a client certificate, verified against the
-    CA)."""
+    ``client_auth``: none | required (a client certificate, verified against the CA)."""
     if client_auth not in CLIENT_AUTH:
         raise InvalidConfigError(f"{where}: client_auth must be one of {CLIENT_AUTH}")
     reloader = _Reloader(files, where)
@@ -159,28 +177,114 @@ def server_credentials(files: TlsFiles, *, client_auth: str, where: str) -> grpc
 @dataclass(frozen=True)
 class ClientSecurity:
     """What a client (Producer, Consumer, Admin, the CLI) needs to reach TLS listeners, with
-    Kafka's config names in snake_case."""
+    Kafka's config names in snake_case.
+
+    ``security_protocol``: PLAINTEXT; SSL (TLS: ``ssl_cafile`` verifies the brokers; a client
+    certificate and key for a listener that asks for one, whose CN is then the principal);
+    SASL_SSL (TLS as SSL, the client certificate optional, and a SCRAM user: ``sasl_username``,
+    ``sasl_password``, ``sasl_mechanism`` SCRAM-SHA-256 or SCRAM-SHA-512). Every mistake is a
+    one-line ValueError (InvalidConfigError for an unreadable file) naming it; none shows the
+    password, which is kept out of ``repr()`` too."""
 
     security_protocol: str = "PLAINTEXT"
     ssl_cafile: str = ""
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
+    sasl_mechanism: str = SASL_MECHANISM_DEFAULT
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.security_protocol not in SECURITY_PROTOCOLS:
             raise ValueError(f"security_protocol must be one of {SECURITY_PROTOCOLS}, got "
                              f"{self.security_protocol!r}")
-        if self.security_protocol == "PLAINTEXT" and (self.ssl_cafile or self.ssl_certfile):
+        tls = self.security_protocol != "PLAINTEXT"
+        sasl = self.security_protocol == "SASL_SSL"
+        if not tls and (self.ssl_cafile or self.ssl_certfile):
             raise ValueError("ssl_cafile/ssl_certfile are set but security_protocol is "
-                             "PLAINTEXT: set security_protocol='SSL'")
-        if self.security_protocol == "SSL":
+                             "PLAINTEXT: set security_protocol='SSL' (or 'SASL_SSL')")
+        if not isinstance(self.sasl_mechanism, str) or scram.mechanism_named(
+                self.sasl_mechanism) is None:
+            raise ValueError(f"sasl_mechanism must be one of {SASL_MECHANISMS}, got "
+                             f"{self.sasl_mechanism!r}")
+        object.__setattr__(self, "sasl_mechanism", self.sasl_mechanism.upper())
+        if not sasl:
+            given = [n for n, v in (("sasl_username", self.sasl_username),
+                                    ("sasl_password", self.sasl_password),
+                                    ("sasl_mechanism",
+                                     self.sasl_mechanism != SASL_MECHANISM_DEFAULT)) if v]
+            if given:
+                raise ValueError(f"{'/'.join(given)} set but security_protocol is "
+                                 f"{self.security_protocol}: set security_protocol='SASL_SSL'")
+        else:
+            self._check_user()
+        if tls:
             TlsFiles(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile).check("ssl")
+
+    def _check_user(self) -> None:
+        if not self.sasl_username or not self.sasl_password:
+            missing = " and ".join(n for n, v in (("sasl_username", self.sasl_username),
+                                                  ("sasl_password", self.sasl_password))
+                                   if not v)
+            raise ValueError(f"security_protocol='SASL_SSL' needs {missing} (a SCRAM user: "
+                             "`tidelog user create`)")
+        if not isinstance(self.sasl_username, str) or not isinstance(self.sasl_password, str):
+            raise ValueError("sasl_username and sasl_password must be strings")
+        if not _utf8(self.sasl_password):
+            raise ValueError("sasl_password is not valid Unicode text (a lone surrogate)")
+        problem = scram.user_name_problem(self.sasl_username)
+        if problem is not None:
+            raise ValueError(f"sasl_username: {problem}")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol == "SASL_SSL"
+
+    def without_sasl(self) -> ClientSecurity:
+        """The same TLS settings without the SCRAM user (SASL_SSL becomes SSL): for channels to
+        listeners that take no SCRAM users, such as the controllers'."""
+        if not self.sasl:
+            return self
+        return ClientSecurity("SSL", self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
 
     def channel_factory(self) -> ChannelFactory:
         if self.security_protocol == "PLAINTEXT":
             return ChannelFactory(None)
-        return ChannelFactory.for_files(
+        factory = ChannelFactory.for_files(
             TlsFiles(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile), "ssl")
+        if self.sasl:
+            # Imported here: the plugin lives with the client, which imports this module.
+            from tidelog.client._scram_auth import ScramAuth
+
+            mechanism = scram.mechanism_named(self.sasl_mechanism)
+            assert mechanism is not None  # checked in __post_init__
+            factory.set_call_auth(ScramAuth(mechanism, self.sasl_username, self.sasl_password,
+                                            dial=factory.blocking_tls))
+        return factory
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class CallAuth(Protocol):
+    """Call credentials' plugin (a ``grpc.AuthMetadataPlugin``) whose secret is derived from
+    what a broker says (the SCRAM salt), so a refusal may mean the broker's side changed."""
+
+    #: Bumped whenever the secret the plugin sends changes.
+    generation: int
+
+    def __call__(self, context: Any, callback: Any) -> None: ...
+
+    def recheck(self, address: str, generation: int) -> bool:
+        """After a call sent with ``generation`` was refused: whether the secret has changed
+        since (asking ``address`` again when it has not just been asked): a call worth
+        sending again. Blocking."""
+        ...
 
 
 class ChannelFactory:
@@ -191,11 +295,18 @@ class ChannelFactory:
     and bumps :attr:`generation`; callers that keep channels open (a broker's channels to the
     controllers and to leaders) compare generations and open new channels with the renewed
     certificate, so a long-running node does not present an expired one when it reconnects.
+
+    With call credentials (:meth:`set_call_auth`, a SASL_SSL client), :attr:`credentials` are
+    the TLS credentials composed with them, renewed or not; :meth:`blocking_tls` opens a
+    channel with the TLS credentials alone (what the plugin itself dials).
     """
 
     def __init__(self, credentials: grpc.ChannelCredentials | None,
                  files: TlsFiles | None = None, where: str = "") -> None:
+        self._tls = credentials
         self.credentials = credentials
+        self.auth: CallAuth | None = None
+        self._call_credentials: grpc.CallCredentials | None = None
         self._files = files
         self._where = where
         self._loaded = files.mtimes() if files is not None else ()
@@ -210,6 +321,20 @@ class ChannelFactory:
     def secure(self) -> bool:
         return self.credentials is not None
 
+    def set_call_auth(self, auth: CallAuth) -> None:
+        """Send ``auth``'s metadata with every call (TLS only: gRPC sends call credentials over
+        secure channels alone)."""
+        if self._tls is None:
+            raise ValueError("call credentials need TLS")
+        self.auth = auth
+        self._call_credentials = grpc.metadata_call_credentials(auth, name="tidelog-sasl")
+        self.credentials = self._compose()
+
+    def _compose(self) -> grpc.ChannelCredentials | None:
+        if self._tls is None or self._call_credentials is None:
+            return self._tls
+        return grpc.composite_channel_credentials(self._tls, self._call_credentials)
+
     def refresh(self) -> int:
         """Reload renewed files (see the class doc); the current generation."""
         if self._files is None:
@@ -222,11 +347,12 @@ class ChannelFactory:
         if mtimes == self._loaded:
             return self.generation
         try:
-            self.credentials = _channel_credentials(self._files.read(self._where))
+            self._tls = _channel_credentials(self._files.read(self._where))
         except InvalidConfigError as e:
             log.warning("%s: renewed TLS files not loaded, keeping the old ones: %s",
                         self._where, e)
             return self.generation
+        self.credentials = self._compose()
         self._loaded = mtimes
         self.generation += 1
         log.info("%s: loaded renewed TLS certificate files for new connections", self._where)
@@ -244,6 +370,13 @@ class ChannelFactory:
         if self.credentials is None:
             return grpc.insecure_channel(address, options=list(options))
         return grpc.secure_channel(address, self.credentials, options=list(options))
+
+    def blocking_tls(self, address: str,
+                     options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+        """A blocking channel with the TLS credentials only, without call credentials."""
+        if self._tls is None:
+            return grpc.insecure_channel(address, options=list(options))
+        return grpc.secure_channel(address, self._tls, options=list(options))
 
 
 def _channel_credentials(pems: tuple[bytes, bytes | None, bytes | None]

@@ -18,8 +18,8 @@ class Who:
 
 
 def who_is(context: Any) -> Who:
-    """``User:<CN>`` of the client certificate gRPC verified (TLS with client_auth requested or
-    required), else ANONYMOUS; the peer's IP address."""
+    """``User:<CN>`` of the client certificate gRPC verified (TLS with client_auth required),
+    else ANONYMOUS; the peer's IP address."""
     auth = context.auth_context() or {}
     names = auth.get("x509_common_name") or []
     principal = f"User:{names[0].decode()}" if names else ANONYMOUS

@@ -11,8 +11,9 @@
 | DeleteTopics | Delete on each topic |
 | CreatePartitions | Alter on each topic |
 | AlterConfigs, DescribeConfigs | the same operation on each topic (broker configs: cluster) |
-| DescribeQuorum, DescribeAcls | Describe on the cluster |
-| CreateAcls, DeleteAcls | Alter on the cluster |
+| DescribeQuorum, DescribeAcls, DescribeUserScramCredentials | Describe on the cluster |
+| CreateAcls, DeleteAcls, AlterUserScramCredentials | Alter on the cluster |
+| ScramSalt | nothing (a client calls it to authenticate) |
 | FindCoordinator, DescribeGroups, OffsetFetch | Describe on each group |
 | ConsumerGroupHeartbeat, OffsetCommit | Read on the group |
 | DeleteGroups, OffsetDelete | Delete on the group (OffsetDelete: Read on each topic too) |
@@ -204,10 +205,12 @@ class Checks:
                 return Refusal(CLUSTER_DENIED,
                                why_refused(who, method, "the cluster's (broker) configs"))
             return self._refused(who, method, topics)
-        if method in ("DescribeQuorum", "DescribeAcls"):
+        if method in ("DescribeQuorum", "DescribeAcls", "DescribeUserScramCredentials"):
             return self._cluster_refusal(who, "Describe", "the cluster")
         if method in ("CreateAcls", "DeleteAcls"):
             return self._cluster_refusal(who, "Alter", "the cluster (its ACLs)")
+        if method == "AlterUserScramCredentials":
+            return self._cluster_refusal(who, "Alter", "the cluster (its SCRAM users)")
         return None
 
     def _refused(self, who: Who, operation: str, topics: Iterable[str]) -> Refusal | None:

@@ -29,6 +29,8 @@ TOP_LEVEL = [
     "RecordMetadata",
     "TidelogError",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "errors",
 ]
 CLIENT = [
@@ -59,9 +61,12 @@ CLIENT = [
     "ProducerSenderError",
     "QuorumDescription",
     "RecordMetadata",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TopicListing",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "VoterDescription",
 ]
 

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import base64
 import hmac
+import random
+import re
+from pathlib import Path
 
+import pytest
+
+from controller.control import ControllerLogic
 from tidelog import scram
+from tidelog.errors import InvalidConfigError
+from tidelog.metadata.bootstrap import (
+    parse_add_scram,
+    read_bootstrap,
+    scram_records,
+    write_bootstrap,
+)
 from tidelog.metadata.delta import MetadataDelta, apply_records
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import image_to_snapshot, metadata_record
@@ -95,3 +108,42 @@ def test_replay_refuses_malformed_credentials_and_unknown_removals() -> None:
     outcome = delta.replay_batch([metadata_record(metadata_pb2.RemoveUserScramCredentialRecord(
         name="ghost", mechanism=SHA256.value))], 0)  # type: ignore[arg-type]
     assert outcome is not None and "ghost" in str(outcome)
+
+
+# --- bootstrap users (tidelog storage format --add-scram) -------------------------------------
+
+def test_add_scram_parses_kafkas_syntax_and_names_each_mistake() -> None:
+    user = parse_add_scram("SCRAM-SHA-512=[name=admin,password=pa=ss,iterations=8192]")
+    assert (user.mechanism, user.name, user.password, user.iterations) == \
+        ("SCRAM-SHA-512", "admin", "pa=ss", 8192)
+    assert "pa=ss" not in repr(user)
+    for text, says in [("admin:secret", "takes MECHANISM=[name=NAME,password=PASSWORD]"),
+                       ("SCRAM-MD5=[name=a,password=b]", "'SCRAM-MD5' is not one of"),
+                       ("SCRAM-SHA-256=[name=a,pw=b]", "unknown field 'pw'"),
+                       ("SCRAM-SHA-256=[name=a]", "user 'a' has no password"),
+                       ("SCRAM-SHA-256=[name=,password=b]", "the user name is empty"),
+                       ("SCRAM-SHA-256=[name=a,password=b,iterations=9]", "outside 4096..16384")]:
+        with pytest.raises(InvalidConfigError, match=re.escape(says)):
+            parse_add_scram(text)
+
+
+def test_bootstrap_records_round_trip_through_the_data_dir(tmp_path: Path) -> None:
+    records = scram_records([parse_add_scram("SCRAM-SHA-256=[name=admin,password=pw]")])
+    path = write_bootstrap(tmp_path, records)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_bootstrap(tmp_path) == records
+    assert read_bootstrap(tmp_path / "elsewhere") == []
+    assert b"pw" not in path.read_bytes().replace(b"password", b"")  # salted, not kept
+
+
+def test_the_first_active_controller_writes_bootstrap_users_into_a_blank_image_only() -> None:
+    records = scram_records([parse_add_scram("SCRAM-SHA-256=[name=admin,password=pw]")])
+    logic = ControllerLogic(node_id=0, cluster_id="c", rng=random.Random(0), bootstrap=records)
+    proposed = list(logic.on_become_active(0).records)
+    assert [r.WhichOneof("record") for r in proposed] == ["no_op", "user_scram_credential"]
+    # Anything committed before (here: another user) means the cluster is not new: no bootstrap,
+    # so a user deleted later does not come back on a failover.
+    used = apply_records(MetadataImage.empty(), [_upsert("alice", "a")])
+    logic = ControllerLogic(node_id=0, cluster_id="c", rng=random.Random(0), bootstrap=records,
+                            image=used)
+    assert [r.WhichOneof("record") for r in logic.on_become_active(0).records] == ["no_op"]

@@ -268,8 +268,8 @@ def test_tls_options_become_client_keywords() -> None:
 
 
 @pytest.mark.parametrize(("options", "option", "message"), [
-    ({"security.protocol": "SASL_SSL"}, "security.protocol",
-     "option 'security.protocol' must be PLAINTEXT or SSL, got 'SASL_SSL'"),
+    ({"security.protocol": "SASL_PLAINTEXT"}, "security.protocol",
+     "option 'security.protocol' must be PLAINTEXT, SSL or SASL_SSL, got 'SASL_PLAINTEXT'"),
     ({"ssl.cafile": "/ca.crt"}, "ssl.cafile",
      "options 'ssl.*' need option 'security.protocol' = SSL"),
     ({"security.protocol": "SSL"}, "ssl.cafile",
@@ -280,3 +280,53 @@ def test_tls_option_mistakes_name_the_option(options: dict[str, str], option: st
     with pytest.raises(SparkOptionError) as e:
         parse_sink_options({"bootstrap.servers": "b:9092", **options})
     assert e.value.option == option and str(e.value).startswith(message)
+
+
+def test_sasl_options_become_client_keywords_and_the_password_stays_hidden() -> None:
+    from tidelog.spark.options import security_kwargs
+
+    sasl = {"security.protocol": "sasl_ssl", "ssl.cafile": "/pki/ca.crt",
+            "SASL.Username": "alice", "sasl.password": "hunter2",
+            "sasl.mechanism": "scram-sha-512"}
+    source = parse_source_options({"bootstrap.servers": "b:9092", "subscribe": "t", **sasl},
+                                  streaming=True)
+    assert security_kwargs(source.security) == {
+        "security_protocol": "SASL_SSL", "ssl_cafile": "/pki/ca.crt",
+        "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "alice", "sasl_password": "hunter2"}
+    assert "hunter2" not in repr(source)
+    sink = parse_sink_options({"bootstrap.servers": "b:9092", **sasl})
+    assert "hunter2" not in repr(sink) and "alice" in repr(sink)
+    assert dict(sink.security)["sasl_password"] == "hunter2"
+    # What the clients are given is what ClientSecurity takes (the CA file is read then).
+    from tidelog.errors import InvalidConfigError
+    from tidelog.tls import ClientSecurity
+
+    with pytest.raises(InvalidConfigError, match=r"cannot read ssl CA file /pki/ca\.crt") as e:
+        ClientSecurity(**security_kwargs(sink.security))
+    assert "hunter2" not in str(e.value)
+
+
+@pytest.mark.parametrize(("options", "option", "message"), [
+    ({"sasl.username": "a"}, "sasl.username",
+     "options 'sasl.*' need option 'security.protocol' = SASL_SSL"),
+    ({"security.protocol": "SSL", "ssl.cafile": "/ca", "sasl.password": "hunter2"},
+     "sasl.password", "options 'sasl.*' need option 'security.protocol' = SASL_SSL"),
+    ({"security.protocol": "SASL_SSL", "sasl.username": "a", "sasl.password": "hunter2"},
+     "ssl.cafile", "option 'security.protocol' = SASL_SSL needs option 'ssl.cafile'"),
+    ({"security.protocol": "SASL_SSL", "ssl.cafile": "/ca", "sasl.password": "hunter2"},
+     "sasl.username", "option 'security.protocol' = SASL_SSL needs option 'sasl.username' "
+                      "(a SCRAM user"),
+    ({"security.protocol": "SASL_SSL", "ssl.cafile": "/ca"}, "sasl.username",
+     "needs option 'sasl.username' and option 'sasl.password'"),
+    ({"security.protocol": "SASL_SSL", "ssl.cafile": "/ca", "sasl.username": "a",
+      "sasl.password": "hunter2", "sasl.mechanism": "PLAIN"}, "sasl.mechanism",
+     "option 'sasl.mechanism' must be SCRAM-SHA-256 or SCRAM-SHA-512, got 'PLAIN'"),
+])
+def test_sasl_option_mistakes_name_the_option_never_the_password(
+        options: dict[str, str], option: str, message: str) -> None:
+    for parse in (lambda o: parse_sink_options(o),
+                  lambda o: parse_source_options({**o, "subscribe": "t"}, streaming=False)):
+        with pytest.raises(SparkOptionError) as e:
+            parse({"bootstrap.servers": "b:9092", **options})
+        assert e.value.option == option and message in str(e.value)
+        assert "hunter2" not in str(e.value)

@@ -45,7 +45,8 @@ def test_a_tls_config_loads(pki: Path) -> None:
 @pytest.mark.parametrize(("change", "message"), [
     ({"cert_file": ""}, "tls.cert_file is empty: TLS needs ca_file, cert_file and key_file"),
     ({"ca_file": "/nope/ca.crt"}, "cannot read tls CA file /nope/ca.crt: No such file"),
-    ({"client_auth": "sometimes"}, "tls.client_auth must be one of none, requested, required"),
+    ({"client_auth": "sometimes"}, "tls.client_auth must be one of none, required"),
+    ({"client_auth": "requested"}, "cannot ask for a client certificate without requiring one"),
     ({"client_listener": "plaintext"}, 'tls.client_listener = "plaintext" is allowed only on '
                                        "loopback, and broker.listen_host is '0.0.0.0'"),
 ])

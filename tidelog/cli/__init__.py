@@ -16,6 +16,8 @@ codes, the shared options, the Admin context, tables and JSON) and never another
 - ``group.py``: ``tidelog group list|describe|delete|reset-offsets|delete-offsets`` (consumer
   groups);
 - ``acl.py``: ``tidelog acl create|list|delete`` (ACL bindings, kafka-acls' vocabulary);
+- ``user.py``: ``tidelog user create|delete|list`` (SCRAM users for SASL_SSL clients; passwords
+  are salted on the client and never taken as arguments);
 - ``deploy.py``: ``tidelog deploy render|container-config`` (an inventory to every node's files;
   a container's config from its environment);
 - ``chaos.py``: ``tidelog chaos check`` (re-checks a chaos run's history; imports ``chaos/``
@@ -42,6 +44,7 @@ from tidelog.cli.security import security
 from tidelog.cli.server import server
 from tidelog.cli.storage import storage
 from tidelog.cli.topic import topic
+from tidelog.cli.user import user
 
 __all__ = ["cli", "main"]
 
@@ -51,7 +54,7 @@ def cli() -> None:
     """Tidelog: a distributed, replicated event log (Kafka KRaft-style)."""
 
 
-for _group in (server, storage, security, cluster, topic, group, acl, dev, deploy, chaos):
+for _group in (server, storage, security, cluster, topic, group, acl, user, dev, deploy, chaos):
     cli.add_command(_group)
 
 

@@ -210,10 +210,11 @@ def _ask_quorum(addresses: list[str]) -> tuple[Any, list[str]]:
 
 def _controller_channels() -> Any:
     """Plaintext, or TLS with the profile's CA and certificate: a TLS controller listener
-    wants a certificate of the cluster's CA (docs/security.md)."""
+    wants a certificate of the cluster's CA (docs/security.md). A profile's SCRAM user is left
+    out: controllers take no SCRAM users."""
     from tidelog.tls import ClientSecurity
 
-    return ClientSecurity(**client_options()).channel_factory()
+    return ClientSecurity(**client_options()).without_sasl().channel_factory()
 
 
 def _from_leader(r: Any) -> Any:

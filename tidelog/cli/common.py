@@ -166,6 +166,12 @@ def _hint(error: TidelogError, brokers: str) -> str:
         (e.NotEnoughReplicasAfterAppendError, "fewer replicas are in sync than "
                                               "min.insync.replicas; see `tidelog cluster health`"),
         (e.MessageTooLargeError, "the record is above the topic's max.message.bytes"),
+        (e.SaslAuthenticationFailedError, f"check sasl_username and sasl_password in the "
+                                          f"profile (${PROFILE_ENV}); `tidelog user list` "
+                                          f"shows the users"),
+        (e.UnsupportedSaslMechanismError, "sasl_mechanism is SCRAM-SHA-256 or SCRAM-SHA-512, "
+                                          "and the listener must take SCRAM users "
+                                          "(docs/security.md)"),
     ]
     return next((hint for cls, hint in hints if isinstance(error, cls)), "")
 
@@ -196,16 +202,19 @@ def brokers_option(f: Any) -> Any:
 
 # ======================================================================= the profile
 #: A TOML file of connection settings, as rpk's profiles: ``brokers`` and the client's security
-#: options (Kafka's names in snake_case). ``$TIDELOG_PROFILE`` names it; else this path is read
-#: when it exists.
+#: options (Kafka's names in snake_case), a SCRAM user's among them. ``$TIDELOG_PROFILE`` names
+#: it; else this path is read when it exists. A profile holding ``sasl_password`` must be
+#: readable by its owner only (0600), as a node's key file must: it is refused otherwise.
 PROFILE_ENV = "TIDELOG_PROFILE"
 PROFILE_DEFAULT = "~/.config/tidelog/profile.toml"
-PROFILE_KEYS = ("brokers", "security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+PROFILE_KEYS = ("brokers", "security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+                "sasl_mechanism", "sasl_username", "sasl_password")
 
 
 def profile() -> dict[str, str]:
     """The profile's settings ({} without one); a broken profile is one error line."""
     import os
+    import stat
     import tomllib
     from pathlib import Path
 
@@ -214,6 +223,7 @@ def profile() -> dict[str, str]:
     if not named and not path.exists():
         return {}
     try:
+        mode = path.stat().st_mode
         table = tomllib.loads(path.read_text())
     except OSError as e:
         raise CliError(f"cannot read profile {path} (${PROFILE_ENV}): {e.strerror}") from None
@@ -223,6 +233,9 @@ def profile() -> dict[str, str]:
     if unknown or not all(isinstance(v, str) for v in table.values()):
         raise CliError(f"profile {path}: keys are strings among {', '.join(PROFILE_KEYS)}"
                        + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    if "sasl_password" in table and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise CliError(f"profile {path} holds sasl_password and others can read it (mode "
+                       f"{stat.filemode(mode)}): chmod 600 it")
     return dict(table)
 
 

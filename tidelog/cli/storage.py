@@ -45,10 +45,23 @@ def random_secret(out_path: str | None) -> None:
 @click.option("--cluster-id", required=True, help="cluster id (tidelog storage random-uuid)")
 @click.option("--ignore-formatted", is_flag=True,
               help="succeed if the directory is already formatted with the same ids")
+@click.option("--add-scram", "add_scram", multiple=True, metavar="MECHANISM=[name=N,password=P]",
+              help="a SCRAM user the new cluster starts with, e.g. "
+                   "'SCRAM-SHA-256=[name=admin,password=...]' (Kafka's syntax; repeatable). "
+                   "Give it to the controllers: the first active one writes the users into "
+                   "the metadata log of a brand-new cluster. The password is salted here; "
+                   "it lands in your shell history, so change it once the cluster runs")
 def format_cmd(config_path: str | None, data_dir: str | None, node_id: int | None,
-               cluster_id: str, ignore_formatted: bool) -> None:
+               cluster_id: str, ignore_formatted: bool, add_scram: tuple[str, ...]) -> None:
     """Format a node's data directory with a cluster id and node id (once, before first start)."""
     from tidelog.data_dir import format_data_dir
+    from tidelog.errors import InvalidConfigError
+    from tidelog.metadata.bootstrap import parse_add_scram, scram_records, write_bootstrap
+
+    try:
+        users = [parse_add_scram(text) for text in add_scram]
+    except InvalidConfigError as e:
+        raise click.UsageError(e.message) from None
 
     if config_path:
         from tidelog.config import load_config
@@ -60,6 +73,10 @@ def format_cmd(config_path: str | None, data_dir: str | None, node_id: int | Non
     meta = format_data_dir(Path(data_dir), cluster_id=cluster_id, node_id=node_id,
                            ignore_formatted=ignore_formatted)
     click.echo(f"formatted {data_dir}: cluster {meta.cluster_id}, node {meta.node_id}")
+    if users:
+        write_bootstrap(data_dir, scram_records(users))
+        named = ", ".join(f"{u.name} ({u.mechanism})" for u in users)
+        click.echo(f"bootstrap SCRAM users: {named}")
 
 
 def new_cluster_id() -> str:

@@ -25,8 +25,11 @@ from tidelog.client.admin import (
     NewTopic,
     PartitionDescription,
     QuorumDescription,
+    ScramCredentialInfo,
     TopicDescription,
     TopicListing,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
     VoterDescription,
 )
 from tidelog.client.consumer import (
@@ -72,8 +75,11 @@ __all__ = [
     "ProducerSenderError",
     "QuorumDescription",
     "RecordMetadata",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TopicListing",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "VoterDescription",
 ]

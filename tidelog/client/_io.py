@@ -12,7 +12,13 @@ gRPC failures are transport failures only (error codes travel inside responses),
 into the same typed errors the responses use: UNAVAILABLE -> NetworkError, DEADLINE_EXCEEDED ->
 RequestTimedOutError, RESOURCE_EXHAUSTED -> RecordListTooLargeError for a message above the
 channel limit and NetworkError (retriable) for a server at its concurrent-RPC limit,
-UNIMPLEMENTED -> UnsupportedVersionError.
+UNIMPLEMENTED -> UnsupportedVersionError. Authentication failures are not retried: the broker's
+UNAUTHENTICATED (details ``SASL_AUTHENTICATION_FAILED: ...`` or ``UNSUPPORTED_SASL_MECHANISM:
+...``) -> SaslAuthenticationFailedError / UnsupportedSaslMechanismError, and a SASL_SSL client's
+call credentials that failed (gRPC says UNAVAILABLE, "Getting metadata from plugin failed with
+error: CODE: ...", see ``_scram_auth.py``) -> the error of that code. A refusal after which the
+SCRAM salt turned out to have changed (the credential was set again) is a NetworkError instead,
+so the call is sent again with the new key (``Connections._refused``).
 """
 
 from __future__ import annotations
@@ -32,13 +38,17 @@ import grpc
 
 from tidelog import limits
 from tidelog.errors import (
+    ErrorCode,
     InvalidRequestError,
     NetworkError,
     RecordListTooLargeError,
     RequestTimedOutError,
+    SaslAuthenticationFailedError,
     TidelogError,
     UnknownServerError,
+    UnsupportedSaslMechanismError,
     UnsupportedVersionError,
+    error_for_code,
 )
 from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1.broker_pb2_grpc import BrokerServiceStub
@@ -46,6 +56,7 @@ from tidelog.v1.broker_pb2_grpc import BrokerServiceStub
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AUTHENTICATION_ERRORS",
     "Connections",
     "IOThread",
     "io_thread",
@@ -229,10 +240,26 @@ def io_thread() -> IOThread:
         return _shared
 
 
+#: The errors that say the client's credentials are refused: not retried, and raised by every
+#: later call of a client that waits on the cluster (poll, send's metadata wait).
+AUTHENTICATION_ERRORS = (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)
+#: How gRPC reports call credentials whose plugin failed (always with status UNAVAILABLE).
+PLUGIN_FAILED = "Getting metadata from plugin failed with error: "
+
+
 def error_from_rpc(err: grpc.aio.AioRpcError, address: str) -> TidelogError:
     """A typed error for a transport-level gRPC failure talking to ``address``."""
-    code = err.code()
-    detail = f"broker {address}: {err.details() or code.name}"
+    return status_error(err.code(), err.details() or "", address)
+
+
+def status_error(code: grpc.StatusCode, details: str, address: str) -> TidelogError:
+    """:func:`error_from_rpc` of a call's status code and details."""
+    detail = f"broker {address}: {details or code.name}"
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return _coded(details or "the broker refused the credentials", address,
+                      SaslAuthenticationFailedError)
+    if code == grpc.StatusCode.UNAVAILABLE and PLUGIN_FAILED in details:
+        return _coded(details.partition(PLUGIN_FAILED)[2], address, NetworkError)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return NetworkError(detail)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -242,7 +269,7 @@ def error_from_rpc(err: grpc.aio.AioRpcError, address: str) -> TidelogError:
         # "... larger than max ...": resending it cannot help), and a server at its
         # concurrent-RPC limit (maximum_concurrent_rpcs; the request was not handled at all,
         # so a retry after a backoff is safe and right).
-        if "larger than max" in (err.details() or ""):
+        if "larger than max" in details:
             return RecordListTooLargeError(detail)
         return NetworkError(f"{detail} (the broker is at its concurrent-request limit)")
     if code == grpc.StatusCode.UNIMPLEMENTED:
@@ -250,6 +277,14 @@ def error_from_rpc(err: grpc.aio.AioRpcError, address: str) -> TidelogError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidRequestError(detail)
     return UnknownServerError(f"{detail} ({code.name})")
+
+
+def _coded(text: str, address: str, default: type[TidelogError]) -> TidelogError:
+    """``CODE: message`` (an ErrorCode's name first) -> that code's error; else ``default``."""
+    name, sep, message = text.partition(": ")
+    if sep and name != "NONE" and name in ErrorCode.DESCRIPTOR.values_by_name:
+        return error_for_code(ErrorCode.Value(name), f"broker {address}: {message}")
+    return default(f"broker {address}: {text}")
 
 
 async def _stream_failure(call: Any, error: BaseException, address: str,
@@ -265,6 +300,16 @@ async def _stream_failure(call: Any, error: BaseException, address: str,
         code = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return None
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE):
+        # Refused credentials end a stream as they fail a unary call: the status says so even
+        # when what failed here was a write to the ended call.
+        try:
+            details = await asyncio.wait_for(call.details(), 1.0) or ""
+        except Exception:
+            details = (error.details() or "") if isinstance(error, grpc.aio.AioRpcError) \
+                else ""
+        if code == grpc.StatusCode.UNAUTHENTICATED or PLUGIN_FAILED in details:
+            return status_error(code, details, address)
     if not isinstance(error, grpc.aio.AioRpcError):
         return NetworkError(f"broker {address}: {method} stream ended "
                             f"({code.name if code else error})")
@@ -277,12 +322,14 @@ async def _stream_failure(call: Any, error: BaseException, address: str,
 class _Stream:
     """A long-lived request/answer stream to one broker: one exchange at a time."""
 
-    __slots__ = ("busy", "call", "supported")
+    __slots__ = ("auth_generation", "busy", "call", "supported")
 
     def __init__(self) -> None:
         self.call: Any = None
         self.busy = False
         self.supported = True
+        #: The call credentials' key generation when the call was opened.
+        self.auth_generation = 0
 
     def close(self) -> None:
         call, self.call = self.call, None
@@ -294,11 +341,13 @@ class _Multiplexed:
     """A long-lived stream to one broker carrying many requests at once, matched to their
     answers by correlation id (ProduceStream)."""
 
-    __slots__ = ("call", "confirmed", "ids", "opening", "pending", "reader", "supported",
-                 "write_lock")
+    __slots__ = ("auth_generation", "call", "confirmed", "ids", "opening", "pending", "reader",
+                 "supported", "write_lock")
 
     def __init__(self) -> None:
         self.call: Any = None
+        #: The call credentials' key generation when the call was opened.
+        self.auth_generation = 0
         self.reader: asyncio.Task[None] | None = None
         self.pending: dict[int, asyncio.Future[Any]] = {}
         self.ids = itertools.count(1)
@@ -353,7 +402,8 @@ class Connections:
 
     def __init__(self, client_id: str = "", channels: ChannelFactory = PLAINTEXT) -> None:
         check_client_id(client_id)
-        #: Plaintext, or TLS (security_protocol="SSL": the CA, and a certificate for mTLS).
+        #: Plaintext, or TLS (security_protocol="SSL": the CA, and a certificate for mTLS), with
+        #: the SCRAM call credentials of security_protocol="SASL_SSL".
         self._channel_factory = channels
         # Sent with every call, as Kafka's request header carries client.id: the brokers show
         # it in DescribeGroups (broker.handlers.groups.client_identity reads the same key).
@@ -390,11 +440,31 @@ class Connections:
     async def call(self, address: str, method: str, request: Any, *, timeout_ms: int) -> Any:
         """Call ``method`` on the broker at ``address``; transport failures become typed errors."""
         rpc = getattr(self.stub(address), method)
+        generation = self._auth_generation()
         try:
             return await rpc(request, timeout=max(timeout_ms, 1) / 1000,
                              metadata=self._call_metadata)
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e, address) from None
+            raise await self._refused(error_from_rpc(e, address), address,
+                                      generation) from None
+
+    def _auth_generation(self) -> int:
+        auth = self._channel_factory.auth
+        return 0 if auth is None else auth.generation
+
+    async def _refused(self, error: TidelogError, address: str, generation: int
+                       ) -> TidelogError:
+        """``error``, unless it is the broker refusing SCRAM credentials whose salt has changed
+        since (the credential was set again, perhaps with the same password): then the call
+        is worth sending again with the new key, and the error is a (retriable) NetworkError.
+        """
+        auth = self._channel_factory.auth
+        if auth is None or not isinstance(error, SaslAuthenticationFailedError):
+            return error
+        if not await asyncio.to_thread(auth.recheck, address, generation):
+            return error
+        return NetworkError(f"{error.message}; the SCRAM credential has a new salt: sending "
+                            "again with the new key")
 
     async def exchange(self, address: str, method: str, request: Any, *,
                        timeout_ms: int) -> Any:
@@ -410,6 +480,7 @@ class Connections:
         try:
             call = stream.call
             if call is None:
+                stream.auth_generation = self._auth_generation()
                 call = stream.call = getattr(self.stub(address), method + "Stream")(
                     metadata=self._call_metadata)
             try:
@@ -422,7 +493,7 @@ class Connections:
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:  # the stream ended
                 error = await _stream_failure(call, e, address, method)
                 if error is not None:
-                    raise error from None
+                    raise await self._refused(error, address, stream.auth_generation) from None
                 stream.supported = False
                 stream.close()
                 return await self.call(address, method, request, timeout_ms=timeout_ms)
@@ -498,6 +569,7 @@ class Connections:
                 raise _StreamUnsupported()
             call = mux.call
             if call is None:
+                mux.auth_generation = self._auth_generation()
                 call = mux.call = getattr(self.stub(address), method + "Stream")(
                     metadata=self._call_metadata)
                 mux.reader = asyncio.get_running_loop().create_task(
@@ -510,6 +582,7 @@ class Connections:
                     mux.supported = False
                     mux.fail_all(_StreamUnsupported())
                     raise _StreamUnsupported() from None
+                error = await self._refused(error, address, mux.auth_generation)
                 if mux.call is call:
                     mux.fail_all(error)
                 raise error from None
@@ -537,6 +610,8 @@ class Connections:
             failure = await _stream_failure(call, e, address, method)
             if failure is None:
                 mux.supported = False
+            else:
+                failure = await self._refused(failure, address, mux.auth_generation)
             error = failure or _StreamUnsupported()
         except asyncio.CancelledError:
             error = NetworkError(f"{method} stream to broker {address} closed")

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tidelog.client._io import Connections, monotonic_ms
+from tidelog.client._io import AUTHENTICATION_ERRORS, Connections, monotonic_ms
 from tidelog.client.records import TopicPartition
 from tidelog.errors import (
     ErrorCode,
@@ -371,6 +371,8 @@ class MetadataManager:
                 )
             except TidelogError as e:
                 last = e
+                if isinstance(e, AUTHENTICATION_ERRORS):
+                    break  # the credentials are the cluster's: another broker refuses them too
                 continue
             try:
                 self.snapshot = ClusterSnapshot.from_response(
@@ -392,6 +394,13 @@ class MetadataManager:
             f"last error: {last}"
         ) if last.retriable else last
         raise self.last_error
+
+    @property
+    def authentication_error(self) -> TidelogError | None:
+        """The last refresh's error when the brokers refused the client's credentials (cleared
+        by a refresh that succeeds)."""
+        error = self.last_error
+        return error if isinstance(error, AUTHENTICATION_ERRORS) else None
 
     def _unexpected(self, error: Exception, address: str) -> None:
         log.error("handling the metadata from %s failed", address, exc_info=error)
@@ -435,12 +444,17 @@ class MetadataManager:
     ) -> TopicInfo:
         """Metadata for ``topic`` with more than ``min_partitions - 1`` partitions, refreshing
         with backoff until ``deadline_ms``. Raises the topic's error if it is not retriable (an
-        invalid name), else UnknownTopicOrPartitionError / NetworkError at the deadline."""
+        invalid name), the brokers' refusal of the client's credentials at once
+        (SaslAuthenticationFailedError), else UnknownTopicOrPartitionError / NetworkError at the
+        deadline."""
         self.add_topics([topic])
         while True:
             info = self.snapshot.topics.get(topic)
             if info is not None and info.exists and len(info.partitions) >= min_partitions:
                 return info
+            refused = self.authentication_error
+            if refused is not None:
+                raise refused  # the last refresh was refused: waiting would not help
             if info is not None and not info.exists:
                 err = error_for_code(info.error_code, info.error_message)
                 if not err.retriable:
@@ -454,6 +468,8 @@ class MetadataManager:
                 continue
             try:
                 await asyncio.wait_for(self.refresh(), max(deadline_ms - now, 1) / 1000)
+            except AUTHENTICATION_ERRORS:
+                raise  # refused credentials: waiting out the deadline would not help
             except (TidelogError, TimeoutError):
                 continue
 

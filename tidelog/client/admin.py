@@ -12,6 +12,8 @@ them over.
 
 ACL calls (``_admin_acls.py``) go to any broker too; creations and deletions answer per item
 without a request-level code, so their retriable answers (NOT_CONTROLLER) are retried per item.
+So are SCRAM credential changes (``_admin_scram.py``), per user; passwords are salted on the
+client and never sent.
 
 Calls that name several items (topics, resources, ACL bindings and filters) report per item,
 as Kafka's Admin does: they return an ``AdminResult`` whose ``values`` hold what succeeded and
@@ -30,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from tidelog import scram
 from tidelog.acl import AclBinding, AclFilter
 from tidelog.client._admin_acls import AclAdmin, binding_error, filter_error
 from tidelog.client._admin_groups import (
@@ -41,6 +44,14 @@ from tidelog.client._admin_groups import (
     alter_offsets_request,
     offset_delete_request,
     offset_fetch_request,
+)
+from tidelog.client._admin_scram import (
+    ScramAdmin,
+    ScramCredentialInfo,
+    UserScramCredentialAlteration,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+    prepare_alterations,
 )
 from tidelog.client._admin_types import (
     ALTER_OPS,
@@ -68,7 +79,7 @@ from tidelog.client._fetcher import EARLIEST, LATEST, list_offsets
 from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
 from tidelog.client._metadata import Backoff, ClusterSnapshot, MetadataManager
 from tidelog.client.records import TopicPartition
-from tidelog.errors import ErrorCode, TidelogError, error_for_code
+from tidelog.errors import ErrorCode, TidelogError, UnacceptableCredentialError, error_for_code
 from tidelog.metadata.topic_names import validate_topic_name
 from tidelog.tls import ClientSecurity
 from tidelog.v1 import broker_pb2, controller_pb2, metadata_pb2
@@ -91,8 +102,11 @@ __all__ = [
     "NewTopic",
     "PartitionDescription",
     "QuorumDescription",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TopicListing",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "VoterDescription",
 ]
 
@@ -103,6 +117,13 @@ class Admin:
     >>> with Admin("127.0.0.1:9092") as admin:
     ...     admin.create_topics([NewTopic("orders", num_partitions=3)]).all()
     ...     print(admin.describe_topics(["orders"])["orders"].partitions)
+
+    Security, with Kafka's names (docs/security.md): ``security_protocol`` is PLAINTEXT, SSL
+    (TLS: ``ssl_cafile`` verifies the brokers; ``ssl_certfile``/``ssl_keyfile`` for a listener
+    that asks for a client certificate) or SASL_SSL (TLS as SSL, the certificate optional, and a
+    SCRAM user: ``sasl_username``, ``sasl_password``, ``sasl_mechanism`` SCRAM-SHA-256 (default)
+    or SCRAM-SHA-512). Credentials the brokers refuse make every call raise
+    SaslAuthenticationFailedError (or UnsupportedSaslMechanismError), never retried.
     """
 
     def __init__(
@@ -118,6 +139,9 @@ class Admin:
         ssl_cafile: str = "",
         ssl_certfile: str = "",
         ssl_keyfile: str = "",
+        sasl_mechanism: str = "SCRAM-SHA-256",
+        sasl_username: str = "",
+        sasl_password: str = "",
     ) -> None:
         if request_timeout_ms <= 0 or default_api_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
@@ -126,7 +150,8 @@ class Admin:
         self._default_timeout_ms = default_api_timeout_ms
         self._backoff = Backoff(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self._io = io_thread()
-        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+                                  sasl_mechanism, sasl_username, sasl_password)
         self._conns = Connections(client_id, security.channel_factory())
         self._metadata = MetadataManager(
             parse_bootstrap(bootstrap_servers), self._conns, loop=self._io.loop,
@@ -136,6 +161,7 @@ class Admin:
         self._groups = GroupAdmin(metadata=self._metadata, conns=self._conns,
                                   request_timeout_ms=request_timeout_ms, backoff=self._backoff)
         self._acls = AclAdmin(self._call, self._backoff)
+        self._scram = ScramAdmin(self._call, self._backoff)
         self._closed = False
 
     # ------------------------------------------------------------------ topics
@@ -467,6 +493,66 @@ class Admin:
                     result.errors[f] = outcome
                 else:
                     result.values[f] = outcome
+        return ordered(result, wanted)
+
+    # ------------------------------------------------------------------ SCRAM users
+    def alter_user_scram_credentials(
+        self, alterations: Sequence[UserScramCredentialAlteration] = (), *,
+        upsertions: Sequence[UserScramCredentialUpsertion] = (),
+        deletions: Sequence[UserScramCredentialDeletion] = (),
+        timeout_ms: int | None = None,
+    ) -> AdminResult[str, None]:
+        """Set or delete SCRAM users' credentials (Kafka's alterUserScramCredentials): the
+        alterations, in a list or as ``upsertions``/``deletions``. Passwords are salted here
+        (a random salt, PBKDF2) and never sent. Per user, in first-seen order: done, or
+        UnacceptableCredentialError (a bad name, iterations outside 4096..16384, an empty
+        password), UnsupportedSaslMechanismError, DuplicateResourceError (the same mechanism
+        twice, or a user both deleted and set) -- these checked here first and not sent --
+        ResourceNotFoundError (deleting a credential that does not exist),
+        ClusterAuthorizationFailedError, NotControllerError or RequestTimedOutError once the
+        retries ran out of time."""
+        users, messages, errors = prepare_alterations(
+            [*alterations, *upsertions, *deletions])
+        result: AdminResult[str, None] = AdminResult(errors=dict(errors))
+        if messages:
+            wait = self._timeout(timeout_ms)
+            outcomes: dict[str, TidelogError | None] = self._run(
+                self._scram.alter(messages, monotonic_ms() + wait), wait)
+            for user, outcome in outcomes.items():
+                if outcome is None:
+                    result.values[user] = None
+                else:
+                    result.errors[user] = outcome
+        return ordered(result, users)
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout_ms: int | None = None,
+    ) -> AdminResult[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM credentials as (mechanism, iterations) pairs, never a salt or a key
+        (Kafka's describeUserScramCredentials). ``users`` None (or empty): every user that has
+        one, in ``values``; named users come in request order, one without credentials with
+        ResourceNotFoundError, an invalid name with UnacceptableCredentialError (not sent).
+        Raises ClusterAuthorizationFailedError when the principal may not describe the
+        cluster."""
+        wanted = list(users or ())
+        no_duplicates(wanted)
+        result: AdminResult[str, list[ScramCredentialInfo]] = AdminResult()
+        valid = []
+        for user in wanted:
+            problem = scram.user_name_problem(user) if isinstance(user, str) else (
+                f"the user name must be a str, got {user!r}")
+            if problem is not None:
+                result.errors[user] = UnacceptableCredentialError(problem)
+            else:
+                valid.append(user)
+        if valid or not wanted:
+            wait = self._timeout(timeout_ms)
+            values, errors = self._run(self._scram.describe(valid, wait), wait)
+            result.values.update(values)
+            result.errors.update(errors)
+        if not wanted:
+            result.values = dict(sorted(result.values.items()))
+            return result
         return ordered(result, wanted)
 
     # ------------------------------------------------------------------ cluster

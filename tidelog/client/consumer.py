@@ -80,6 +80,13 @@ class Consumer:
     ...     consumer.subscribe(["orders"])
     ...     for record in consumer.poll(timeout_ms=1000):
     ...         print(record.offset, record.key, record.value)
+
+    Security, with Kafka's names (docs/security.md): ``security_protocol`` is PLAINTEXT, SSL
+    (TLS: ``ssl_cafile`` verifies the brokers; ``ssl_certfile``/``ssl_keyfile`` for a listener
+    that asks for a client certificate) or SASL_SSL (TLS as SSL, the certificate optional, and a
+    SCRAM user: ``sasl_username``, ``sasl_password``, ``sasl_mechanism`` SCRAM-SHA-256 (default)
+    or SCRAM-SHA-512). Credentials the brokers refuse make poll() raise
+    SaslAuthenticationFailedError (or UnsupportedSaslMechanismError), never retried.
     """
 
     def __init__(
@@ -109,6 +116,9 @@ class Consumer:
         ssl_cafile: str = "",
         ssl_certfile: str = "",
         ssl_keyfile: str = "",
+        sasl_mechanism: str = "SCRAM-SHA-256",
+        sasl_username: str = "",
+        sasl_password: str = "",
     ) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none', got "
@@ -135,7 +145,8 @@ class Consumer:
         self._retry_backoff_ms = retry_backoff_ms
         self._backoff = Backoff(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self._io = io_thread()
-        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+                                  sasl_mechanism, sasl_username, sasl_password)
         self._conns = Connections(client_id, security.channel_factory())
         self._metadata = MetadataManager(
             parse_bootstrap(bootstrap_servers), self._conns, loop=self._io.loop,
@@ -339,7 +350,9 @@ class Consumer:
         UnknownTopicOrPartitionError (an assigned partition has not existed for
         ``request_timeout_ms``), the typed error of a non-retriable fetch failure, a fatal
         group error (e.g. GroupMaxSizeReachedError, UnsupportedAssignorError,
-        FencedInstanceIdError: the member stopped), or what a rebalance callback raised
+        FencedInstanceIdError: the member stopped), SaslAuthenticationFailedError (the brokers
+        refuse the SCRAM credentials: every poll until they accept them), or what a rebalance
+        callback raised
         (after its step completed). Records already collected are returned first; the error
         is raised by the next poll().
         """
@@ -478,6 +491,9 @@ class Consumer:
         if error is not None:
             self._fetcher.pending_error = None
             raise error
+        refused = self._metadata.authentication_error
+        if refused is not None:  # raised again by every poll until a refresh succeeds
+            raise refused
         if self._group is not None and self._group.pending_error is not None:
             group_error, self._group.pending_error = self._group.pending_error, None
             raise group_error

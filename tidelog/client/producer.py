@@ -81,6 +81,13 @@ class Producer:
 
     Every argument after ``bootstrap_servers`` is keyword-only and named as Kafka's producer
     config in snake_case; docs/client.md lists each with its default.
+
+    Security, with Kafka's names (docs/security.md): ``security_protocol`` is PLAINTEXT, SSL
+    (TLS: ``ssl_cafile`` verifies the brokers; ``ssl_certfile``/``ssl_keyfile`` for a listener
+    that asks for a client certificate) or SASL_SSL (TLS as SSL, the certificate optional, and a
+    SCRAM user: ``sasl_username``, ``sasl_password``, ``sasl_mechanism`` SCRAM-SHA-256 (default)
+    or SCRAM-SHA-512). Credentials the brokers refuse fail send() (or the records' futures)
+    with SaslAuthenticationFailedError (or UnsupportedSaslMechanismError), never retried.
     """
 
     def __init__(
@@ -108,6 +115,9 @@ class Producer:
         ssl_cafile: str = "",
         ssl_certfile: str = "",
         ssl_keyfile: str = "",
+        sasl_mechanism: str = "SCRAM-SHA-256",
+        sasl_username: str = "",
+        sasl_password: str = "",
     ) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 'all', 0 or 1, got {acks!r}")
@@ -152,7 +162,8 @@ class Producer:
             retry_backoff_max_ms=retry_backoff_max_ms,
         )
         self._io = io_thread()
-        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        security = ClientSecurity(security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+                                  sasl_mechanism, sasl_username, sasl_password)
         self._conns = Connections(client_id, security.channel_factory())
         self._metadata = MetadataManager(
             self._bootstrap, self._conns, loop=self._io.loop,

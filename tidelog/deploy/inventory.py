@@ -294,8 +294,10 @@ def check(inv: Inventory) -> list[str]:
                         f"(tidelog storage random-uuid)")
     if not inv.hosts:
         problems.append("no [[hosts]]: list the hosts and the nodes they run")
-    if inv.tls_client_auth not in ("none", "requested", "required"):
-        problems.append(f"tls_client_auth {inv.tls_client_auth!r}: none, requested or required")
+    if inv.tls_client_auth not in ("none", "required"):
+        problems.append(f"tls_client_auth {inv.tls_client_auth!r}: none or required"
+                        + (" (requested is not available with gRPC's Python server)"
+                           if inv.tls_client_auth == "requested" else ""))
     problems += _duplicates("host name", [h.name for h in inv.hosts])
     problems += _duplicates("host address", [h.address for h in inv.hosts])
     problems += _duplicates("host private_address", [

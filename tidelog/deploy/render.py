@@ -127,6 +127,8 @@ def node_config(inv: Inventory, host: Host, node: Node, cluster_id: str) -> str:
                   f"cert_file = {q(f'{tls}/{node.name}.crt')}",
                   f"key_file = {q(f'{tls}/{node.name}.key')}",
                   f"client_auth = {q(inv.tls_client_auth)}", ""]
+        if "broker" in node.roles:  # SCRAM users as well as certificates (tidelog user create)
+            lines += ["[sasl]", 'enabled_mechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"]', ""]
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
+from tidelog.scram import MECHANISMS
 from tidelog.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -57,16 +58,23 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
     "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
     "maxTriggerDelay", "includeHeaders", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs", "security.protocol", "ssl.cafile", "ssl.certfile",
-    "ssl.keyfile",
+    "ssl.keyfile", "sasl.mechanism", "sasl.username", "sasl.password",
 )}
 #: The sink's options as documented.
 SINK_OPTIONS = {name.lower(): name for name in (
     "bootstrap.servers", "topic", "includeHeaders", "security.protocol", "ssl.cafile",
-    "ssl.certfile", "ssl.keyfile")}
-#: The client's TLS settings (tidelog.tls.ClientSecurity), Kafka's names as Spark's Kafka
-#: source takes them without ``kafka.``: option (lower case) -> client keyword.
+    "ssl.certfile", "ssl.keyfile", "sasl.mechanism", "sasl.username", "sasl.password")}
+#: The client's security settings (tidelog.tls.ClientSecurity), Kafka's names as Spark's Kafka
+#: source takes them without ``kafka.`` (librdkafka's for the SCRAM user, which Spark's Kafka
+#: source puts in a JAAS config): option (lower case) -> client keyword.
 SECURITY_OPTIONS = {"security.protocol": "security_protocol", "ssl.cafile": "ssl_cafile",
-                    "ssl.certfile": "ssl_certfile", "ssl.keyfile": "ssl_keyfile"}
+                    "ssl.certfile": "ssl_certfile", "ssl.keyfile": "ssl_keyfile",
+                    "sasl.mechanism": "sasl_mechanism", "sasl.username": "sasl_username",
+                    "sasl.password": "sasl_password"}
+#: ``security.protocol`` values.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+#: ``sasl.mechanism`` values.
+SASL_MECHANISMS = tuple(MECHANISMS)
 #: Options Spark hands every data source from the query itself (a streaming query's checkpoint
 #: location and name, a save path): not the source's or sink's to check.
 SPARK_ENGINE_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
@@ -167,7 +175,8 @@ class SourceOptions:
     fetch_offset_num_retries: int
     fetch_offset_retry_interval_ms: int
     warnings: tuple[str, ...] = ()
-    #: Keyword arguments for the clients (security_protocol, ssl_*), as pairs.
+    #: Keyword arguments for the clients (security_protocol, ssl_*, sasl_*), as pairs; the
+    #: password is a :class:`Secret` (its repr hides it).
     security: tuple[tuple[str, str], ...] = ()
 
 
@@ -242,12 +251,25 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
 
 
 class SecurityKwargs(TypedDict, total=False):
-    """The clients' TLS keywords (Producer, Consumer, Admin)."""
+    """The clients' security keywords (Producer, Consumer, Admin)."""
 
     security_protocol: str
     ssl_cafile: str
     ssl_certfile: str
     ssl_keyfile: str
+    sasl_mechanism: str
+    sasl_username: str
+    sasl_password: str
+
+
+class Secret(str):
+    """A password: a str whose ``repr`` hides it, so the options' reprs (a log line, an error
+    that shows them, Spark's plan) never show it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'<hidden>'"
 
 
 def security_kwargs(pairs: tuple[tuple[str, str], ...]) -> SecurityKwargs:
@@ -259,21 +281,41 @@ def security_kwargs(pairs: tuple[tuple[str, str], ...]) -> SecurityKwargs:
 
 
 def _security(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The TLS options as client keywords; the files are read when a client is made."""
+    """The security options as client keywords; the files are read when a client is made.
+    No message shows ``sasl.password``'s value."""
     protocol = params.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("PLAINTEXT", "SSL"):
+    if protocol not in SECURITY_PROTOCOLS:
         raise SparkOptionError("security.protocol", f"option 'security.protocol' must be "
-                               f"PLAINTEXT or SSL, got {params['security.protocol']!r}")
+                               f"{', '.join(SECURITY_PROTOCOLS[:-1])} or "
+                               f"{SECURITY_PROTOCOLS[-1]}, got {params['security.protocol']!r}")
     files = {k: v for k, v in params.items() if k.startswith("ssl.")}
-    if files and protocol != "SSL":
+    sasl = {k: v for k, v in params.items() if k.startswith("sasl.")}
+    if files and protocol == "PLAINTEXT":
         raise SparkOptionError(SOURCE_OPTIONS[next(iter(files))],
-                               "options 'ssl.*' need option 'security.protocol' = SSL")
-    if protocol == "SSL" and "ssl.cafile" not in files:
-        raise SparkOptionError("ssl.cafile", "option 'security.protocol' = SSL needs option "
-                               "'ssl.cafile' (the CA that verifies the brokers)")
+                               "options 'ssl.*' need option 'security.protocol' = SSL or "
+                               "SASL_SSL")
+    if sasl and protocol != "SASL_SSL":
+        raise SparkOptionError(SOURCE_OPTIONS[next(iter(sasl))],
+                               "options 'sasl.*' need option 'security.protocol' = SASL_SSL")
+    if protocol != "PLAINTEXT" and "ssl.cafile" not in files:
+        raise SparkOptionError("ssl.cafile", f"option 'security.protocol' = {protocol} needs "
+                               "option 'ssl.cafile' (the CA that verifies the brokers)")
+    if protocol == "SASL_SSL":
+        missing = [SOURCE_OPTIONS[k] for k in ("sasl.username", "sasl.password")
+                   if not sasl.get(k)]
+        if missing:
+            raise SparkOptionError(missing[0], "option 'security.protocol' = SASL_SSL needs "
+                                   + " and ".join(f"option '{m}'" for m in missing)
+                                   + " (a SCRAM user: `tidelog user create`)")
+        mechanism = sasl.get("sasl.mechanism", SASL_MECHANISMS[0]).strip().upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise SparkOptionError("sasl.mechanism", f"option 'sasl.mechanism' must be "
+                                   f"{' or '.join(SASL_MECHANISMS)}, got "
+                                   f"{sasl['sasl.mechanism']!r}")
+        sasl = {**sasl, "sasl.mechanism": mechanism, "sasl.password": Secret(sasl["sasl.password"])}
     pairs = [("security_protocol", protocol)]
-    pairs += [(SECURITY_OPTIONS[k], v) for k, v in sorted(files.items())]
-    return tuple(pairs) if protocol == "SSL" else ()
+    pairs += [(SECURITY_OPTIONS[k], v) for k, v in sorted({**files, **sasl}.items())]
+    return tuple(pairs) if protocol != "PLAINTEXT" else ()
 
 
 def _case_insensitive(options: Mapping[str, str], known: Mapping[str, str],
