@@ -36,12 +36,12 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from controller.managers.acl_control import AclControlManager
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
-from controller.managers.cluster_control import ClusterControlManager
+from controller.managers.cluster_control import ClusterControlManager, ProbeTarget
 from controller.managers.common import (
     ControllerConfig,
     ErrorFields,
@@ -58,7 +58,7 @@ from tidelog.errors import NotControllerError, PolicyViolationError
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.bootstrap import is_blank
 from tidelog.metadata.delta import MetadataDelta, apply_records
-from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.image import ClusterImage, MetadataImage, TopicsImage
 from tidelog.metadata.records import (
     RECORDS_PER_BATCH_MAX,
     image_from_snapshot,
@@ -169,6 +169,8 @@ class ControllerLogic:
         self._check_speculative = check_speculative
         self._committed = image or MetadataImage.empty()
         self._image = self._committed
+        #: stats(): the committed cluster and topics images and their counts (see there).
+        self._stats_memo: tuple[ClusterImage, TopicsImage, ControllerStats] | None = None
         self._pending: deque[_Pending] = deque()
         self._active = False
         self._heartbeats = BrokerHeartbeatTracker(self._config.broker_session_timeout_ms)
@@ -224,18 +226,24 @@ class ControllerLogic:
         return self._heartbeats
 
     def stats(self) -> ControllerStats:
-        """Gauges for metrics, from the committed image."""
-        cluster = self._committed.cluster
-        return ControllerStats(
-            registered_brokers=len(cluster.brokers),
-            fenced_brokers=sum(1 for b in cluster.brokers.values() if b.fenced),
-            topics=len(self._committed.topics.by_id),
-            partitions=sum(t.num_partitions for t in self._committed.topics.by_id.values()),
-            offline_partitions=sum(
-                1 for _, _, p in self._committed.topics.iter_partitions() if not p.has_leader
-            ),
-            pending_batches=len(self._pending),
-        )
+        """Gauges for metrics, from the committed image. The image's counts are memoised on the
+        identity of its cluster and topics parts: images are immutable and a change makes new
+        parts (unchanged ones are shared), so the runtime's metrics tick walks the partitions
+        only after a topic or partition changed, not at every call."""
+        cluster, topics = self._committed.cluster, self._committed.topics
+        memo = self._stats_memo
+        if memo is None or memo[0] is not cluster or memo[1] is not topics:
+            memo = self._stats_memo = (cluster, topics, ControllerStats(
+                registered_brokers=len(cluster.brokers),
+                fenced_brokers=sum(1 for b in cluster.brokers.values() if b.fenced),
+                topics=len(topics.by_id),
+                partitions=sum(t.num_partitions for t in topics.by_id.values()),
+                offline_partitions=sum(
+                    1 for _, _, p in topics.iter_partitions() if not p.has_leader
+                ),
+                pending_batches=0,
+            ))
+        return replace(memo[2], pending_batches=len(self._pending))
 
     # --- leadership ---------------------------------------------------------------------------
 
@@ -485,3 +493,26 @@ class ControllerLogic:
         if not self._active:
             return ControllerResult((), None, self.next_offset, self._committed.offset)
         return self._propose(self._cluster.fence_stale_brokers(self._image, now_ms), None)
+
+    def start_broker_probes(
+        self, now_ms: int, *, silent_ms: int, stream_ended: Iterable[int] = (), limit: int
+    ) -> list[ProbeTarget]:
+        """Brokers the runtime should probe now (TCP connects to their listeners): unfenced ones
+        not heard from for more than ``silent_ms`` or whose metadata stream to this controller
+        ended (``stream_ended``), at most ``limit``. Their probes count as started at ``now_ms``
+        (the runtime ends each with ``heartbeats.end_probe``). None on standby."""
+        if not self._active:
+            return []
+        return self._cluster.start_probes(self._image, now_ms, silent_ms=silent_ms,
+                                          stream_ended=tuple(stream_ended), limit=limit)
+
+    def handle_broker_unreachable(
+        self, broker_id: int, broker_epoch: int, probe_started_ms: int, now_ms: int
+    ) -> ControllerResult[None]:
+        """Every listener of the broker refused the probe started at ``probe_started_ms``: fence
+        it with its leader and ISR changes, unless the evidence is stale (another broker epoch,
+        already fenced, or a heartbeat came since the probe started); no records then."""
+        if not self._active:
+            return ControllerResult((), None, self.next_offset, self._committed.offset)
+        return self._propose(self._cluster.fence_unreachable(
+            self._image, broker_id, broker_epoch, probe_started_ms), None)

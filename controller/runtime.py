@@ -10,6 +10,13 @@ Threads and who owns what:
 - ``self._lock`` guards the control logic between the two threads. It is never held across an
   await or a blocking Raft call.
 
+Fast fencing of dead brokers (docs/decisions.md "Failure handling without waiting out a
+session"): when a broker's metadata stream to the active controller ends, and on every periodic
+tick for brokers silent for ``broker_probe_after_ms``, the runtime probes the broker with a TCP
+connect to each registered listener, outside the lock (at most PROBES_IN_FLIGHT_MAX at once, one
+per broker). When every connect is refused it asks the logic to fence the broker
+(``handle_broker_unreachable``) and commits the records, as the periodic tick does.
+
 Activation follows Raft's rule that a leader may trust its state only after an entry of its own
 term commits: on becoming leader the runtime first commits a bare NoOp batch with the leader epoch
 checked (after which every earlier entry is applied here), then lets the logic become active (which
@@ -25,12 +32,14 @@ import bisect
 import collections
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from controller.control import ControllerLogic, ControllerResult
+from controller.managers.cluster_control import ProbeTarget
 from controller.managers.common import ControllerConfig as LogicConfig
 from controller.managers.common import (
     error_response,
@@ -62,6 +71,10 @@ COMMIT_TIMEOUT_MS = 5_000
 APPLIED_BATCHES_KEPT = 10_000
 #: Pause between activation attempts while leader but unable to commit.
 ACTIVATION_RETRY_S = 0.1
+#: A probe's connect (or name lookup) gives up after this: no answer is no evidence.
+PROBE_CONNECT_TIMEOUT_S = 1.0
+#: Probes in flight at once, over all brokers (each is one connect at a time).
+PROBES_IN_FLIGHT_MAX = 32
 
 check(
     FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX,
@@ -174,6 +187,8 @@ class ControllerRuntime:
         self._leader_epoch = -1
         self._activation: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._probe_after_ms = c.broker_probe_after_ms
+        self._probes: set[asyncio.Task[None]] = set()
         me = config.voter()
         self.quorum = RaftQuorum(
             config.node_id,
@@ -396,13 +411,70 @@ class ControllerRuntime:
             epoch = self._leader_epoch
             with self._lock:
                 result = self.logic.maybe_fence_stale_brokers(monotonic_ms())
+            self._start_probes()
             if not result.records:
                 continue
             try:
                 await self._commit(list(result.records), epoch)
-            except (TimeoutError, ProposeError) as e:
+            except (TimeoutError, ProposeError, ValueError) as e:  # ValueError: see _probe
                 self._resign(f"fencing proposal failed: {e}")
                 self._maybe_reactivate()
+
+    def _start_probes(self, stream_ended: tuple[int, ...] = ()) -> None:
+        """Probe the brokers that are due (see the module doc); on the active controller only."""
+        room = PROBES_IN_FLIGHT_MAX - len(self._probes)
+        if not self.active or self._probe_after_ms <= 0 or room <= 0:
+            return
+        epoch = self._leader_epoch
+        with self._lock:
+            targets = self.logic.start_broker_probes(
+                monotonic_ms(), silent_ms=self._probe_after_ms, stream_ended=stream_ended,
+                limit=room)
+        for target in targets:
+            task = asyncio.ensure_future(self._probe(target, epoch))
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+
+    async def _probe(self, target: ProbeTarget, leader_epoch: int) -> None:
+        """Connect to every listener of the broker; if all refuse, fence it (unless it was
+        heard from since the probe started, or this controller is no longer the same active)."""
+        try:
+            refused = await _all_refused(target.endpoints)
+            if not refused or not self.active or self._leader_epoch != leader_epoch:
+                return
+            with self._lock:
+                now = monotonic_ms()
+                last_contact = self.logic.heartbeats.last_contact_ms(target.broker_id)
+                result = self.logic.handle_broker_unreachable(
+                    target.broker_id, target.broker_epoch, target.started_ms, now)
+            if not result.records:
+                return
+            silent_ms = now - last_contact if last_contact is not None else -1
+            log.warning(
+                "controller %d fences broker %d (epoch %d) before its session expires: every "
+                "listener (%s) refused a connection; last heard from %d ms ago",
+                self.node_id, target.broker_id, target.broker_epoch,
+                ", ".join(f"{h}:{p}" for h, p in target.endpoints), silent_ms)
+            try:
+                await self._commit(list(result.records), leader_epoch)
+            except (TimeoutError, ProposeError, ValueError) as e:
+                # ValueError: the quorum refused the batch (larger than batch_bytes_max); the
+                # speculative image already has it, so it is rebuilt by resigning too.
+                self._resign(f"fencing proposal failed: {e}")
+                self._maybe_reactivate()
+        except Exception:
+            log.exception("controller %d: probe of broker %d failed", self.node_id,
+                          target.broker_id)
+        finally:
+            with self._lock:
+                self.logic.heartbeats.end_probe(target.broker_id, target.started_ms)
+
+    def _on_metadata_stream_end(self, broker_id: int) -> None:
+        """A broker's metadata stream to this controller ended: it may have died (a hint only:
+        brokers also move to another controller), so probe it now rather than at the next
+        tick after it fell silent."""
+        if broker_id >= 0:
+            self._start_probes(stream_ended=(broker_id,))
 
     def _update_metrics(self) -> None:
         m = self.metrics
@@ -482,6 +554,7 @@ class ControllerRuntime:
                         base_offset=next_offset, committed_offset=committed)
         finally:
             self._waiters.discard(wake)
+            self._on_metadata_stream_end(request.broker_id)
 
     def _next_metadata_message(
         self, next_offset: int
@@ -516,7 +589,7 @@ class ControllerRuntime:
         self._tasks.append(asyncio.ensure_future(self.run_periodic()))
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        for t in [*self._tasks, *self._probes]:
             t.cancel()
         self._leader_epoch = -1
         self._resign("stopping")
@@ -532,3 +605,35 @@ class ControllerRuntime:
 
 def _error(response_type: type[Any], request: Any, code: int, message: str) -> Any:
     return error_response(response_type, request, error_for_code(code, message))
+
+
+async def _all_refused(endpoints: tuple[tuple[str, int], ...]) -> bool:
+    """Whether every address of every endpoint refused a TCP connect (ECONNREFUSED: nothing
+    listens there). Any other outcome (accepted, a timeout, unreachable, a failed lookup) is no
+    evidence of death, so False; stops at the first such address."""
+    for host, port in endpoints:
+        if not await _refused(host, port):
+            return False
+    return bool(endpoints)
+
+
+async def _refused(host: str, port: int) -> bool:
+    loop = asyncio.get_running_loop()
+    try:
+        addresses = await asyncio.wait_for(
+            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), PROBE_CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        return False
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, address), PROBE_CONNECT_TIMEOUT_S)
+        except ConnectionRefusedError:
+            continue
+        except (OSError, TimeoutError):
+            return False
+        finally:
+            sock.close()
+        return False  # accepted: something listens
+    return bool(addresses)

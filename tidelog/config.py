@@ -107,6 +107,16 @@ class ControllerConfig:
         0,
     )
     fence_check_interval_ms: int = _doc("how often the active controller checks sessions", 250)
+    broker_probe_after_ms: int = _doc(
+        "fast fencing of dead brokers: a broker not heard from for this long (or whose metadata "
+        "stream to the active controller ended) is probed with a TCP connect to each of its "
+        "registered listeners; if every one is refused (nothing listens: the process is gone, "
+        "e.g. kill -9) and no heartbeat came meanwhile, it is fenced at once rather than after "
+        "broker_session_timeout_ms. A stopped or slow broker still accepts connects and waits out "
+        "its session. Keep it above broker.heartbeat_interval_ms; 0 = off (fence at session "
+        "expiry only, e.g. where a firewall rejects connections rather than dropping them)",
+        2500,
+    )
     default_num_partitions: int = _doc("partitions of a topic created with -1 (num.partitions)", 1)
     default_replication_factor: int = _doc(
         "replication factor of a topic created with -1 (default.replication.factor)", 1
@@ -362,6 +372,10 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
     c = cfg.controller
     if not 0 < c.election_timeout_min_ms < c.election_timeout_max_ms:
         raise InvalidConfigError("controller.election_timeout_min_ms must be > 0 and < max")
+    if c.broker_probe_after_ms < 0:
+        raise InvalidConfigError(
+            "controller.broker_probe_after_ms must be >= 0 (0 = off), got "
+            f"{c.broker_probe_after_ms}")
     if c.election_timeout_min_ms <= 3 * c.append_entries_period_ms:
         raise InvalidConfigError(
             "controller.election_timeout_min_ms must exceed 3 * append_entries_period_ms "

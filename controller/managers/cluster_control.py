@@ -20,9 +20,21 @@ A broker's life, as in Kafka's KRaft:
 
 A broker may also ask to be fenced (want_fence, e.g. after a storage failure). Sessions are soft
 state (BrokerHeartbeatTracker); only decisions become records.
+
+5. **Fast fencing of a dead broker** (not in Kafka; docs/decisions.md "Failure handling without
+   waiting out a session"): the runtime probes a silent broker (``start_probes``: no heartbeat
+   for a while, or its metadata stream to this controller ended) by TCP-connecting to its
+   registered listeners. If every one refused the connection, nothing listens there any more:
+   the process is gone (kill -9, a crash), while a stopped or slow process still has its
+   listening sockets and the kernel accepts the connects. ``fence_unreachable`` then fences it
+   with the records a session expiry writes, unless a heartbeat of that broker epoch arrived
+   since the probe started.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
 
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.common import (
@@ -44,10 +56,21 @@ from tidelog.metadata.image import TOPIC_ID_BYTES, BrokerRegistration, MetadataI
 from tidelog.metadata.records import metadata_record
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
-__all__ = ["ClusterControlManager"]
+__all__ = ["ClusterControlManager", "ProbeTarget"]
 
 Records = list[metadata_pb2.MetadataRecord]
 PORT_MAX = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTarget:
+    """A broker to probe: where it listens (as registered), and which probe this is."""
+
+    broker_id: int
+    broker_epoch: int
+    #: (host, port) of each registered listener: the client one, then the inter-broker one.
+    endpoints: tuple[tuple[str, int], ...]
+    started_ms: int
 
 
 class ClusterControlManager:
@@ -233,6 +256,45 @@ class ClusterControlManager:
         ))]
         records.extend(self._replication.move_leadership_away(image, broker_id))
         return records
+
+    def start_probes(
+        self, image: MetadataImage, now_ms: int, *, silent_ms: int,
+        stream_ended: Collection[int] = (), limit: int,
+    ) -> list[ProbeTarget]:
+        """Start probes of unfenced brokers silent for more than ``silent_ms``, and of those in
+        ``stream_ended`` (their metadata stream to this controller ended: a hint, not evidence),
+        at most ``limit``; each is one in flight per broker, spaced (BrokerHeartbeatTracker)."""
+        unfenced = {b: r for b, r in image.cluster.brokers.items() if not r.fenced}
+        candidates = [b for b in stream_ended if b in unfenced]
+        candidates += [b for b in self._heartbeats.silent_brokers(unfenced, now_ms, silent_ms)
+                       if b not in candidates]
+        targets: list[ProbeTarget] = []
+        for broker_id in candidates:
+            if len(targets) >= limit:
+                break
+            if not self._heartbeats.start_probe(broker_id, now_ms):
+                continue
+            r = unfenced[broker_id]
+            endpoints = [(r.host, r.port)]
+            if r.inter_broker_port and (r.inter_broker_host, r.inter_broker_port) != endpoints[0]:
+                endpoints.append((r.inter_broker_host or r.host, r.inter_broker_port))
+            targets.append(ProbeTarget(broker_id, r.broker_epoch, tuple(endpoints), now_ms))
+        return targets
+
+    def fence_unreachable(
+        self, image: MetadataImage, broker_id: int, broker_epoch: int, probe_started_ms: int
+    ) -> Records:
+        """Every listener of ``broker_id`` refused a connection in a probe started at
+        ``probe_started_ms``: fence it (what a session expiry writes), if that registration
+        (``broker_epoch``) is still current and unfenced and no heartbeat or registration of it
+        came since the probe started. Otherwise nothing: the evidence is stale."""
+        registration = image.cluster.broker(broker_id)
+        if registration is None or registration.broker_epoch != broker_epoch or registration.fenced:
+            return []
+        last_contact = self._heartbeats.last_contact_ms(broker_id)
+        if last_contact is None or last_contact >= probe_started_ms:
+            return []
+        return self.fence_records(image, broker_id)
 
     def fence_stale_brokers(self, image: MetadataImage, now_ms: int) -> Records:
         """One batch fencing every unfenced broker whose session expired, oldest first.

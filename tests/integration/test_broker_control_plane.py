@@ -5,9 +5,10 @@ their listeners follow topic creation and deletion with the right local changes 
 follower at the right leader epoch, with replicas and ISR; deletes); heartbeats and the metadata
 stream survive kill -9 of the active controller without re-registration, and survive a SIGSTOPped
 (hung) active controller too; a broker that stops heartbeating is fenced by the controllers and
-its leaderships move (seen in another broker's image and local changes); controlled shutdown moves
-leadership away before the broker is told it may stop (the broker has applied the move by then);
-a broker of another cluster is refused with INCONSISTENT_CLUSTER_ID.
+its leaderships move (seen in another broker's image and local changes), at session expiry while
+something still listens at its endpoint, at once when nothing does (fast fencing); controlled
+shutdown moves leadership away before the broker is told it may stop (the broker has applied the
+move by then); a broker of another cluster is refused with INCONSISTENT_CLUSTER_ID.
 
 How: tests/integration/cluster_harness.py runs the controllers as ``tidelog server`` processes
 (one cluster for the module, short session timeout); each test runs brokers in-process -- a
@@ -273,6 +274,14 @@ def test_a_hung_active_controller_does_not_stop_the_broker(healthy: ClusterHarne
     run(with_brokers(healthy, ids, body))
 
 
+async def _accepting(broker: Broker) -> asyncio.Server:
+    """Something listening at the broker's registered endpoint, as a live (if stalled) broker
+    process has: the controller's probe connects are accepted, so it is no evidence of death."""
+    async def close(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+    return await asyncio.start_server(close, "127.0.0.1", 20_000 + broker.broker_id)
+
+
 def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness) -> None:
     ids = [121, 122, 123]
 
@@ -280,6 +289,7 @@ def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness)
         await create_topic(brokers[121], "fence-me", [[121, 122, 123]])
         for broker in brokers.values():
             await broker.wait_image(lambda i: i.topics.get("fence-me") is not None, "fence-me")
+        server = await _accepting(brokers[121])
         await brokers[121].lifecycle.stop()  # no more heartbeats, no controlled shutdown
         stopped_at = time.monotonic()
 
@@ -301,6 +311,34 @@ def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness)
             expected = "leaders" if b == p.leader else "followers"
             assert (kind, change.registration.leader, change.registration.leader_epoch) == (
                 expected, p.leader, 1), b
+        server.close()
+
+    run(with_brokers(healthy, ids, body))
+
+
+def test_a_dead_broker_is_fenced_before_its_session_expires(healthy: ClusterHarness) -> None:
+    """Nothing listens at broker 141's endpoint (its process is gone, as after kill -9): when
+    its heartbeats and metadata stream stop, the controller's probe is refused and it is fenced
+    at once, not after the session timeout (broker_probe_after_ms, docs/decisions.md)."""
+    ids = [141, 142]
+
+    async def body(brokers: dict[int, Broker]) -> None:
+        await create_topic(brokers[141], "dead", [[141, 142]])
+        for broker in brokers.values():
+            await broker.wait_image(lambda i: i.topics.get("dead") is not None, "dead")
+        died_at = time.monotonic()
+        await brokers[141].lifecycle.stop()
+        await brokers[141].listener.stop()  # its metadata stream ends, as a dead process's does
+
+        def moved(image: MetadataImage) -> bool:
+            registration = image.cluster.broker(141)
+            p = partition_of(image, "dead", 0)
+            return bool(registration and registration.fenced and p and p.leader == 142)
+
+        await brokers[142].wait_image(moved, "broker 141 fenced, leadership moved")
+        elapsed_s = time.monotonic() - died_at
+        print(f"dead broker fenced after {elapsed_s:.2f} s (session {SESSION_TIMEOUT_MS} ms)")
+        assert elapsed_s < SESSION_TIMEOUT_MS / 1000 * 0.9, "fenced only at session expiry"
 
     run(with_brokers(healthy, ids, body))
 

@@ -39,10 +39,11 @@ from golden import check_golden
 from google.protobuf.message import Message
 
 from controller.control import ControllerResult, ReplayOutcome
+from controller.managers.cluster_control import ProbeTarget
 from tidelog import scram
 from tidelog.acl import AclBinding, AclFilter, binding_to_proto, filter_to_proto
 from tidelog.metadata.records import describe_message, image_from_snapshot
-from tidelog.v1 import controller_pb2
+from tidelog.v1 import common_pb2, controller_pb2
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "controller"
 HEX = 8  # bytes shown as this many hex characters
@@ -57,6 +58,7 @@ class Runner:
 
     def __init__(self) -> None:
         self.cluster = TestCluster()
+        self.probes: dict[int, ProbeTarget] = {}
 
     def run(self, command: str) -> list[str]:
         words = shlex.split(command)
@@ -178,6 +180,9 @@ class Runner:
         if "host" in pairs:
             kwargs["host"] = pairs["host"][0]
         request = register_request(int(pairs["broker"][0]), **kwargs)  # type: ignore[arg-type]
+        if "inter-broker-port" in pairs:
+            request.inter_broker_endpoint.CopyFrom(common_pb2.Endpoint(
+                host=request.endpoint.host, port=int(pairs["inter-broker-port"][0])))
         result = self.cluster.logic.handle_register_broker(request, self.cluster.now_ms)
         return self._proposal(self.cluster.submit(result))
 
@@ -202,6 +207,38 @@ class Runner:
         self.cluster.now_ms += int(pairs.get("advance", ["0"])[0])
         result = self.cluster.logic.maybe_fence_stale_brokers(self.cluster.now_ms)
         return self._proposal(self.cluster.submit(result), show_response=False)
+
+    def cmd_probe(self, pairs: dict[str, list[str]], flags: set[str]) -> list[str]:
+        """Start the probes that are due: ``silent=MS`` (default 2500), ``stream-ended=B,...``
+        (brokers whose metadata stream ended), ``limit=N``; ``advance=MS`` first."""
+        self.cluster.now_ms += int(pairs.get("advance", ["0"])[0])
+        targets = self.cluster.logic.start_broker_probes(
+            self.cluster.now_ms, silent_ms=int(pairs.get("silent", ["2500"])[0]),
+            stream_ended=_ints(pairs.get("stream-ended", [""])[0]),
+            limit=int(pairs.get("limit", ["100"])[0]))
+        lines = []
+        for t in targets:
+            self.probes[t.broker_id] = t
+            endpoints = ",".join(f"{host}:{port}" for host, port in t.endpoints)
+            lines.append(f"probe broker={t.broker_id} epoch={t.broker_epoch} "
+                         f"endpoints={endpoints} started={t.started_ms}")
+        return lines or ["nothing to probe"]
+
+    def cmd_probe_result(self, pairs: dict[str, list[str]], flags: set[str]) -> list[str]:
+        """The probe of ``broker=`` ends ``refused`` (every listener refused) or not; then the
+        runtime calls handle_broker_unreachable (``epoch=`` overrides the probed epoch)."""
+        self.cluster.now_ms += int(pairs.get("advance", ["0"])[0])
+        broker_id = int(pairs["broker"][0])
+        target = self.probes.pop(broker_id, None) or ProbeTarget(  # a made-up one (epoch= given)
+            broker_id, int(pairs["epoch"][0]), (), self.cluster.now_ms)
+        lines = []
+        if "refused" in flags:
+            epoch = int(pairs["epoch"][0]) if "epoch" in pairs else target.broker_epoch
+            result = self.cluster.logic.handle_broker_unreachable(
+                target.broker_id, epoch, target.started_ms, self.cluster.now_ms)
+            lines = self._proposal(self.cluster.submit(result), show_response=False)
+        self.cluster.logic.heartbeats.end_probe(target.broker_id, target.started_ms)
+        return lines or ["not fenced"]
 
     # --- commands: topics ---------------------------------------------------------------------
 
