@@ -75,6 +75,9 @@ ACTIVATION_RETRY_S = 0.1
 PROBE_CONNECT_TIMEOUT_S = 1.0
 #: Probes in flight at once, over all brokers (each is one connect at a time).
 PROBES_IN_FLIGHT_MAX = 32
+#: Parts one probe may fence a broker in (each at most FENCE_CHANGES_PER_BATCH_MAX partition
+#: changes): enough for 1.5 million partitions; past it the session expiry finishes the job.
+PROBE_FENCE_PARTS_MAX = 100
 
 check(
     FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX,
@@ -457,6 +460,18 @@ class ControllerRuntime:
                 ", ".join(f"{h}:{p}" for h, p in target.endpoints), silent_ms)
             try:
                 await self._commit(list(result.records), leader_epoch)
+                # A broker in more ISRs than one batch holds is fenced in parts (see
+                # ClusterControlManager.fence_records): the same evidence fences the rest.
+                for _ in range(PROBE_FENCE_PARTS_MAX):
+                    if not self.active or self._leader_epoch != leader_epoch:
+                        return
+                    with self._lock:
+                        result = self.logic.handle_broker_unreachable(
+                            target.broker_id, target.broker_epoch, target.started_ms,
+                            monotonic_ms())
+                    if not result.records:
+                        return
+                    await self._commit(list(result.records), leader_epoch)
             except (TimeoutError, ProposeError, ValueError) as e:
                 # ValueError: the quorum refused the batch (larger than batch_bytes_max); the
                 # speculative image already has it, so it is rebuilt by resigning too.

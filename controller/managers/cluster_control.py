@@ -40,6 +40,7 @@ from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.common import (
     ENDPOINT_TEXT_LENGTH_MAX,
     FENCE_BATCH_RECORDS_SOFT_MAX,
+    FENCE_CHANGES_PER_BATCH_MAX,
     check_broker_epoch,
     set_error,
 )
@@ -246,15 +247,25 @@ class ClusterControlManager:
     # --- fencing ------------------------------------------------------------------------------
 
     def fence_records(self, image: MetadataImage, broker_id: int) -> Records:
-        """Fence an unfenced broker: its FenceBrokerRecord, then its ISR and leader changes."""
+        """Fence an unfenced broker: its FenceBrokerRecord, then its ISR and leader changes.
+
+        A broker in more ISRs than one metadata batch holds changes of
+        (FENCE_CHANGES_PER_BATCH_MAX: at ~31 bytes a change, 1 MiB holds about 33,000) gets
+        the first part of its changes only, without the fence: the next call, on the image
+        with those applied, continues, and the last part carries the FenceBrokerRecord. As in
+        Kafka, fencing is not atomic; until the last part commits the broker is just a broker
+        that leads less, as during a controlled shutdown."""
         registration = image.cluster.broker(broker_id)
         assert registration is not None
         if registration.fenced:
             raise InvariantViolation(f"broker {broker_id} is already fenced")
+        changes = self._replication.move_leadership_away(image, broker_id)
+        if len(changes) > FENCE_CHANGES_PER_BATCH_MAX:
+            return list(changes[:FENCE_CHANGES_PER_BATCH_MAX])
         records = [metadata_record(metadata_pb2.FenceBrokerRecord(
             broker_id=broker_id, broker_epoch=registration.broker_epoch
         ))]
-        records.extend(self._replication.move_leadership_away(image, broker_id))
+        records.extend(changes)
         return records
 
     def start_probes(
@@ -313,6 +324,8 @@ class ClusterControlManager:
                 break  # the rest are fenced on the next tick
             fence = self.fence_records(working, broker_id)
             records.extend(fence)
+            if len(records) >= FENCE_CHANGES_PER_BATCH_MAX:
+                break  # a part of one broker's changes: the next tick continues
             working = apply_records(working, fence)
         return records
 

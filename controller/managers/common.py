@@ -19,6 +19,7 @@ __all__ = [
     "CONFIG_RESOURCES_PER_REQUEST_MAX",
     "ENDPOINT_TEXT_LENGTH_MAX",
     "FENCE_BATCH_RECORDS_SOFT_MAX",
+    "FENCE_CHANGES_PER_BATCH_MAX",
     "TOPICS_PER_REQUEST_MAX",
     "ControllerConfig",
     "ErrorFields",
@@ -46,6 +47,10 @@ ENDPOINT_TEXT_LENGTH_MAX = 255
 #: A fencing tick stops adding brokers to its batch past this many records; the rest are fenced
 #: on the next tick (Kafka fences one broker per event for the same reason: bounded batches).
 FENCE_BATCH_RECORDS_SOFT_MAX = 10_000
+#: Partition changes of one broker's fencing in one batch; beyond it the fencing is split over
+#: several batches (ClusterControlManager.fence_records). A PartitionChangeRecord that drops a
+#: broker from an ISR of three is about 31 bytes (measured), so this stays under 1 MiB.
+FENCE_CHANGES_PER_BATCH_MAX = 15_000
 
 check(
     TOPICS_PER_REQUEST_MAX <= limits.PARTITIONS_PER_REQUEST_MAX,

@@ -4,8 +4,10 @@ the ISR and leader changes in the same batch, want_fence, and controlled shutdow
 
 from __future__ import annotations
 
+import pytest
 from controller_testkit import SESSION_TIMEOUT_MS, TestCluster, create_topic, register_request
 
+from controller.managers import cluster_control
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from tidelog.v1 import common_pb2
 
@@ -105,6 +107,27 @@ def test_fenced_after_session_timeout_with_isr_and_leader_changes() -> None:
     p1 = image.topics.partition(cluster.topic_id("t"), 1)
     assert p0 is not None and p0.leader == 2 and p0.isr == (2, 3) and p0.leader_epoch == 1
     assert p1 is not None and p1.leader == 2 and p1.isr == (2, 3) and p1.leader_epoch == 0
+
+
+def test_a_broker_in_more_isrs_than_a_batch_holds_is_fenced_in_parts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bound is 15,000 changes; 2 here so that a small topic needs three parts.
+    monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
+    cluster = _cluster(3)
+    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]] * 5))
+    cluster.now_ms += SESSION_TIMEOUT_MS + 1
+    cluster.heartbeat(2)
+    cluster.heartbeat(3)
+    parts = [[r.WhichOneof("record") for r in cluster.tick(1).records] for _ in range(3)]
+    assert parts == [["partition_change"] * 2, ["partition_change"] * 2,
+                     ["fence_broker", "partition_change"]]
+    image = cluster.logic.image
+    broker = image.cluster.broker(1)
+    assert broker is not None and broker.fenced
+    for pid in range(5):
+        p = image.topics.partition(cluster.topic_id("t"), pid)
+        assert p is not None and p.leader == 2 and 1 not in p.isr
+    assert not cluster.tick(1).records  # nothing left to do
 
 
 def test_tick_fences_several_brokers_consistently() -> None:
