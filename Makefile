@@ -19,7 +19,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py chaos/multihost \
 	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns
 
-.PHONY: deploy-tools deploy-demo pipeline bench-spark chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-storage bench-controller bench-produce-consume bench-groups clean venv
+.PHONY: deploy-tools deploy-demo pipeline bench-spark chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-scale bench-storage bench-controller bench-produce-consume bench-groups clean venv
 
 venv: $(STAMP)
 
@@ -103,6 +103,11 @@ bench-spark: $(STAMP)
 # 380 s in all measured on 2 cores): a table of figures, runs under chaos-runs/suite-<time>/
 chaos: $(STAMP)
 	$(PY) -m chaos.runner_suite
+
+# Scale: idle CPU and RSS at 0 / 3k / 10k / 30k partitions, failure handling and clients at
+# scale (docs/performance.md#scale); about 15 minutes on 2 cores.
+bench-scale: $(STAMP)
+	$(PY) -m bench.scale
 
 bench: bench-storage bench-controller bench-produce-consume
 
