@@ -139,7 +139,7 @@ def grow(admin: Admin, meta: Metadata, have: int, target: int, per_topic: int,
     names = []
     while have < target:
         count = min(per_topic, target - have)
-        batch = []
+        batch: list[NewTopic] = []
         while have < target and sum(t.num_partitions for t in batch) + count <= \
                 limits.PARTITIONS_PER_CREATE_REQUEST_MAX:
             name = f"scale-{have:07d}"
@@ -183,7 +183,7 @@ def produce_spread(bootstrap: str, topics: list[tuple[str, int]], partitions: in
                 topic, partition = targets[sent % len(targets)]
                 futures.append(producer.send(topic, VALUE, partition=partition))
                 sent += 1
-        producer.flush(timeout=120)
+        producer.flush(timeout_ms=120_000)
         elapsed = time.perf_counter() - started
         failed = sum(1 for f in futures if f.exception(timeout=0) is not None)
     return {"partitions": len(targets), "records": sent, "failed": failed,
