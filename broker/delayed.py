@@ -16,16 +16,24 @@ Waiting is bounded: at most ``waiters_max`` fetches wait at once; past that :met
 returns None and the fetch answers with what it has (an empty answer is always correct, only
 less efficient). Waking is O(waiters of that partition); a partition nobody watches costs one
 dict lookup per event, which keeps it cheap on the produce path.
+
+Follower fetches on a FetchStream do not watch keys: each stream is a fetch session
+(broker.replication.fetch_session) that registers once with :class:`FollowerFetchWaiters`, and
+every :meth:`~FollowerFetchWaiters.wake` of a partition also marks it dirty in the sessions that
+hold it (O(sessions), a handful: one per follower broker), which wakes a parked round. So a
+parked session costs nothing per partition, where a watching fetch costs two set operations per
+partition it asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable, Iterable
+from typing import Protocol
 
 from tidelog.invariants import InvariantViolation, check
 
-__all__ = ["DELAYED_FETCHES_MAX", "FetchWaiters"]
+__all__ = ["DELAYED_FETCHES_MAX", "FetchSessionWaiter", "FetchWaiters", "FollowerFetchWaiters"]
 
 #: Fetches that may wait at once per kind (Kafka bounds its purgatories by memory only).
 DELAYED_FETCHES_MAX = 10_000
@@ -101,3 +109,71 @@ class FetchWaiters:
             return bool(done)
         finally:
             self.unwatch(future, keys)
+
+
+class FetchSessionWaiter(Protocol):
+    """What :class:`FollowerFetchWaiters` needs of a fetch session (the leader's end of one
+    follower's FetchStream: broker.handlers.fetch.ReplicaFetchSession)."""
+
+    @property
+    def replica_id(self) -> int:
+        """The follower broker (-1 before its first request)."""
+        ...
+
+    @property
+    def parked(self) -> bool:
+        """A round is waiting for something to answer."""
+        ...
+
+    def mark_dirty(self, key: Hashable) -> None:
+        """Something a fetch of ``key`` decides on changed (a no-op unless the session has it)."""
+
+    def mark_all_dirty(self) -> None:
+        """Every partition of the session (the follower's eligibility changed)."""
+
+    def wake(self) -> None:
+        """Answer a parked round now (the broker is stopping)."""
+
+
+class FollowerFetchWaiters(FetchWaiters):
+    """The follower waiters: unary fetches watching keys, plus the open fetch sessions, which
+    every :meth:`wake` of a partition marks dirty (see the module doc)."""
+
+    def __init__(self, *, waiters_max: int = DELAYED_FETCHES_MAX) -> None:
+        super().__init__(waiters_max=waiters_max)
+        self._sessions: dict[FetchSessionWaiter, None] = {}
+
+    def __len__(self) -> int:
+        """Fetches waiting now: watching ones and parked session rounds."""
+        return super().__len__() + sum(1 for s in self._sessions if s.parked)
+
+    @property
+    def sessions(self) -> tuple[FetchSessionWaiter, ...]:
+        return tuple(self._sessions)
+
+    def add_session(self, session: FetchSessionWaiter) -> None:
+        self._sessions[session] = None
+
+    def remove_session(self, session: FetchSessionWaiter) -> None:
+        self._sessions.pop(session, None)
+
+    def wake(self, key: Hashable) -> int:
+        """Resolve the futures watching ``key`` and mark it dirty in every session; returns
+        how many futures."""
+        for session in self._sessions:
+            session.mark_dirty(key)
+        return super().wake(key)
+
+    def wake_replicas(self, broker_ids: Iterable[int]) -> None:
+        """Every partition of these followers' sessions is dirty (their eligibility changed:
+        a caught-up one may join ISRs now)."""
+        ids = frozenset(broker_ids)
+        if ids:
+            for session in self._sessions:
+                if session.replica_id in ids:
+                    session.mark_all_dirty()
+
+    def wake_all(self) -> None:
+        super().wake_all()
+        for session in self._sessions:
+            session.wake()

@@ -1,13 +1,24 @@
 """Followers pulling from leaders: one fetcher task per leader broker (ReplicaFetcherThread).
 
 :class:`ReplicaFetcherManager` keeps one :class:`ReplicaFetcher` per leader broker this broker
-follows partitions of. Each fetcher batches *all* its partitions into one ReplicaService.Fetch
+follows partitions of. Each fetcher batches its partitions into one ReplicaService.Fetch
 (replica id, broker epoch, per partition: fetch offset = LEO, current leader epoch, last fetched
 epoch, log start), long-polls (``max_wait_ms``, ``min_bytes = 1``: the leader answers as soon as
 it has data or after the wait), and hands each partition's answer to its
 :class:`~broker.partition.Partition` (``PartitionState.on_fetch_response`` and its effects:
 truncate, append, follow the HW). One fetch is in flight per leader, so a partition has at most
 one too, as the core requires.
+
+Fetch sessions (broker.replication.fetch_session; the wire contract is in broker.proto): the
+first request to a leader is full and lists every partition; as long as the leader answers with
+a ``next_session_epoch``, later requests are incremental: they list only the partitions whose
+fetch (offset, epochs) changed since the leader last saw them -- the ones just answered, added,
+or back from a back-off (``_changed``) -- and forget the ones removed or backing off; answers
+hold only partitions with something new. A round costs what changed, not the partitions
+followed. Whatever ends the exchange without an answer (failure, time-out, cancellation: the
+stream closes) or an answer with a request-level error, including the leader's
+INVALID_FETCH_SESSION_EPOCH, starts over with a full request; a leader that keeps no session
+(the unary Fetch, an older build) gets full requests.
 
 Leader changes re-target partitions: the replica manager calls :meth:`ReplicaFetcherManager.
 add_partition` with the new leader (removing it from the old fetcher) and
@@ -53,6 +64,7 @@ import grpc
 from broker.controller_client import CHANNEL_OPTIONS
 from broker.partition import Partition, PartitionKey
 from broker.replication import FollowerFetch
+from broker.replication.fetch_session import FollowerPlan, FollowerSession
 from tidelog import limits
 from tidelog.errors import NetworkError, TidelogError
 from tidelog.invariants import InvariantViolation, check
@@ -238,7 +250,9 @@ class ReplicaFetcher:
         self.manager = manager
         self.leader_id = leader_id
         self.partitions: dict[PartitionKey, Partition] = {}
+        self.session: FollowerSession[PartitionKey, FollowerFetch] = FollowerSession()
         self._backoff_until_ms: dict[PartitionKey, float] = {}
+        self._pause_until_ms = 0.0  # the leader refused a whole request: wait before the next
         self._wake = asyncio.Event()
         self._in_flight: asyncio.Task[pb.FetchResponse] | None = None
         self._rpc_backoff_ms = 0
@@ -246,19 +260,25 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"replica-fetcher-{manager.broker_id}-from-{leader_id}")
         self.fetches = 0  # answered RPCs (tests and logs)
+        self.full_requests = 0  # of them, full ones
+        self.partitions_listed = 0  # partitions listed in the requests sent (tests)
+        self.last_listed = 0  # in the last request sent
 
     def add(self, partition: Partition) -> None:
         check(len(self.partitions) < FETCHER_PARTITIONS_MAX, "too many partitions per leader")
         self.partitions[partition.key] = partition
         self._backoff_until_ms.pop(partition.key, None)
+        self.session.mark_changed(partition.key, relist=True)
         self._wake.set()
         if self._in_flight is not None:
-            # Restart the long-poll with the new partition in it rather than wait it out.
+            # Restart the long-poll with the new partition in it rather than wait it out (the
+            # stream closes: the next request is full).
             self._in_flight.cancel()
 
     def remove(self, key: PartitionKey) -> None:
         self.partitions.pop(key, None)
         self._backoff_until_ms.pop(key, None)
+        self.session.forget(key)
 
     def wake(self) -> None:
         self._wake.set()
@@ -272,62 +292,91 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         while True:
-            sends = self._due_partitions()
-            if not sends:
+            now_ms = time.monotonic() * 1000
+            if now_ms < self._pause_until_ms:
+                await self._idle()
+                continue
+            plan = self._plan(now_ms)
+            if not (plan.listed or plan.forgotten or len(self.session)):
                 await self._idle()
                 continue
             self._wake.clear()
-            response = await self._send(sends)
-            if response is not None:
-                self._on_response(response, sends)
+            response = await self._send(plan)
+            if response is None:
+                self.session.reset()  # no answer: the stream (the session) is gone
+            else:
+                self._on_response(response)
 
-    def _due_partitions(self) -> list[tuple[Partition, FollowerFetch]]:
-        now_ms = time.monotonic() * 1000
-        sends = []
-        items = list(self.partitions.values())
-        if len(items) > 1:
+    def _plan(self, now_ms: float) -> FollowerPlan[PartitionKey, FollowerFetch]:
+        """The next request's partitions (broker.replication.fetch_session.FollowerSession):
+        every fetchable one when full, else the changed ones and those back from a back-off."""
+        session = self.session
+        if self._backoff_until_ms:
+            for key, until in list(self._backoff_until_ms.items()):
+                if until <= now_ms:
+                    del self._backoff_until_ms[key]
+                    session.mark_changed(key, relist=True)
+        return session.plan(self._fetch_of, self._rotated)
+
+    def _rotated(self) -> list[PartitionKey]:
+        keys = list(self.partitions)
+        if len(keys) > 1:
             # Rotate who comes first so one busy partition cannot always fill the response.
-            self._rotation = (self._rotation + 1) % len(items)
-            items = items[self._rotation:] + items[:self._rotation]
-        for partition in items:
-            until = self._backoff_until_ms.get(partition.key)
-            if until is not None:
-                if until > now_ms:
-                    continue
-                del self._backoff_until_ms[partition.key]
-            request = partition.fetch_request()
-            if request is not None and request.leader_id == self.leader_id:
-                sends.append((partition, request))
-        return sends
+            self._rotation = (self._rotation + 1) % len(keys)
+            keys = keys[self._rotation:] + keys[:self._rotation]
+        return keys
+
+    def _fetch_of(self, key: PartitionKey) -> FollowerFetch | None:
+        partition = self.partitions.get(key)
+        if partition is None or key in self._backoff_until_ms:
+            return None
+        request = partition.fetch_request()
+        if request is None or request.leader_id != self.leader_id:
+            return None
+        return request
 
     async def _idle(self) -> None:
         now_ms = time.monotonic() * 1000
         wait_ms: float = IDLE_WAIT_MAX_MS
         if self._backoff_until_ms:
             wait_ms = min(wait_ms, max(1.0, min(self._backoff_until_ms.values()) - now_ms))
+        if self._pause_until_ms > now_ms:
+            wait_ms = min(wait_ms, max(1.0, self._pause_until_ms - now_ms))
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
 
-    async def _send(self, sends: list[tuple[Partition, FollowerFetch]]
-                    ) -> pb.FetchResponse | None:
+    def _request(self, plan: FollowerPlan[PartitionKey, FollowerFetch]) -> pb.FetchRequest:
         manager = self.manager
         request = pb.FetchRequest(
             replica_id=manager.broker_id, replica_broker_epoch=manager.broker_epoch(),
             max_wait_ms=manager.fetch_wait_max_ms, min_bytes=1,
-            max_bytes=REPLICA_FETCH_RESPONSE_BYTES_MAX)
+            max_bytes=REPLICA_FETCH_RESPONSE_BYTES_MAX, session_epoch=plan.session_epoch)
         by_topic: dict[bytes, pb.FetchRequest.TopicData] = {}
-        for partition, fetch in sends:
-            topic = by_topic.get(partition.topic_id)
+        for (topic_id, partition_id), fetch in plan.listed:
+            topic = by_topic.get(topic_id)
             if topic is None:
-                topic = by_topic[partition.topic_id] = request.topics.add(
-                    topic_id=partition.topic_id)
+                topic = by_topic[topic_id] = request.topics.add(topic_id=topic_id)
             topic.partitions.add(
-                partition_id=partition.partition_id, fetch_offset=fetch.fetch_offset,
+                partition_id=partition_id, fetch_offset=fetch.fetch_offset,
                 current_leader_epoch=fetch.leader_epoch,
                 last_fetched_epoch=fetch.last_fetched_epoch,
                 log_start_offset=fetch.log_start_offset,
                 partition_max_bytes=REPLICA_FETCH_PARTITION_BYTES_MAX)
+        forgotten: dict[bytes, list[int]] = {}
+        for topic_id, partition_id in plan.forgotten:
+            forgotten.setdefault(topic_id, []).append(partition_id)
+        for topic_id, partition_ids in forgotten.items():
+            request.forgotten.add(topic_id=topic_id, partitions=partition_ids)
+        return request
+
+    async def _send(self, plan: FollowerPlan[PartitionKey, FollowerFetch]
+                    ) -> pb.FetchResponse | None:
+        manager = self.manager
+        request = self._request(plan)
+        self.full_requests += plan.full
+        self.partitions_listed += len(plan.listed)
+        self.last_listed = len(plan.listed)
         timeout_s = (manager.fetch_wait_max_ms + FETCH_TIMEOUT_MARGIN_MS) / 1000
         inner = asyncio.get_running_loop().create_task(
             manager.transport.fetch(self.leader_id, request, timeout_s=timeout_s))
@@ -342,14 +391,13 @@ class ReplicaFetcher:
             return None  # re-targeted: build the next request at once
         error = inner.exception()
         if error is not None:
-            await self._on_rpc_failure(error, sends)
+            await self._on_rpc_failure(error)
             return None
         self._rpc_backoff_ms = 0
         self.fetches += 1
         return inner.result()
 
-    async def _on_rpc_failure(self, error: BaseException,
-                              sends: list[tuple[Partition, FollowerFetch]]) -> None:
+    async def _on_rpc_failure(self, error: BaseException) -> None:
         manager = self.manager
         if not isinstance(error, TidelogError):
             log.error("broker %d: fetch from %d failed unexpectedly", manager.broker_id,
@@ -366,34 +414,44 @@ class ReplicaFetcher:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), delay_ms / 1000)
 
-    def _on_response(self, response: pb.FetchResponse,
-                     sends: list[tuple[Partition, FollowerFetch]]) -> None:
+    def _on_response(self, response: pb.FetchResponse) -> None:
         manager = self.manager
+        session = self.session
         now_ms = time.monotonic() * 1000
         if response.error_code != ErrorCode.NONE:
+            session.reset()
+            if response.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH:
+                log.info("broker %d: leader %d has no fetch session for us (%s): fetching "
+                         "everything again", manager.broker_id, self.leader_id,
+                         response.error_message)
+                return
             log.info("broker %d: leader %d refused the fetch: %s %s", manager.broker_id,
                      self.leader_id, ErrorCode.Name(response.error_code), response.error_message)
-            for partition, _ in sends:
-                self._backoff_until_ms[partition.key] = now_ms + manager.fetch_backoff_ms
+            self._pause_until_ms = now_ms + manager.fetch_backoff_ms
             return
-        answers: dict[PartitionKey, pb.FetchResponse.PartitionData] = {}
         for topic in response.topics:
-            for data in topic.partitions:
-                answers[(topic.topic_id, data.partition_id)] = data
-        for partition, fetch in sends:
-            answer = answers.get(partition.key)
-            if answer is None or partition.closed or self.partitions.get(partition.key) \
-                    is not partition:
-                continue  # moved, deleted, or the leader left it out
-            try:
-                backoff = partition.on_fetch_response(fetch, answer)
-            except Exception:
-                # A bug must not stop replication of every other partition of this leader.
-                log.exception("broker %d: %s: applying a fetch answer failed", manager.broker_id,
-                              partition.name)
-                backoff = ErrorCode.UNKNOWN_SERVER_ERROR
-            if backoff is not None:
-                self._backoff_until_ms[partition.key] = now_ms + manager.fetch_backoff_ms
+            for answer in topic.partitions:
+                key = (topic.topic_id, answer.partition_id)
+                fetch = session.sent(key)
+                partition = self.partitions.get(key)
+                if fetch is None or partition is None or partition.closed:
+                    continue  # moved, deleted, forgotten
+                try:
+                    backoff = partition.on_fetch_response(fetch, answer)
+                except Exception:
+                    # A bug must not stop replication of every other partition of this leader.
+                    log.exception("broker %d: %s: applying a fetch answer failed",
+                                  manager.broker_id, partition.name)
+                    backoff = ErrorCode.UNKNOWN_SERVER_ERROR
+                if backoff is not None:
+                    self._backoff_until_ms[key] = now_ms + manager.fetch_backoff_ms
+                    session.forget(key)
+                else:
+                    # Its fetch may have moved (records, truncation, log start, fenced): the
+                    # next plan compares; records or a divergence are always answered back.
+                    session.mark_changed(key, relist=len(answer.batches) > 0
+                                         or answer.HasField("diverging_epoch"))
+        session.on_answer(response.next_session_epoch)
 
 
 class ReplicaFetcherManager:

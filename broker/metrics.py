@@ -3,11 +3,23 @@
 Kafka's names where it has them, in Prometheus form: BytesInPerSec → ``bytes_in_total{topic}``,
 UnderReplicatedPartitions → ``under_replicated_partitions``, IsrShrinksPerSec →
 ``isr_shrinks_total`` and so on. Counters and histograms are updated where the event happens
-(children per topic are cached by the caller, so the produce path pays no label lookup);
-gauges that describe every hosted partition are recomputed on the replica manager's timer
-(``ReplicaManager._update_gauges``: :meth:`BrokerMetrics.set_follower_lags`,
-:meth:`BrokerMetrics.set_log_sizes`), not on each scrape, so the metrics HTTP thread never walks
-the event loop's structures.
+(children per topic are cached by the caller, so the produce path pays no label lookup).
+
+**Gauges that describe the hosted partitions are computed at scrape time** (Kafka's Yammer
+gauges do the same), by :class:`PartitionGaugeCollector`: leader and partition counts,
+under-replicated and under-min-ISR partitions, acks=all produces and fetch long-polls waiting,
+and the per-partition series (follower lag, high watermark lag, log size). Nothing walks the
+partitions between scrapes, so an idle broker pays nothing per partition per second. A scrape
+(on the metrics HTTP thread) asks the broker's event loop for a :class:`PartitionGauges`
+snapshot (:func:`partition_gauges`, run on the loop, so it never reads a partition while a
+request changes it) and builds the families from those plain values on its own thread. If the
+loop does not answer within :data:`SNAPSHOT_TIMEOUT_S`, the scrape reports the previous
+snapshot (as the timer-set gauges it replaces would have shown their last values). The
+replica manager binds its partitions with :meth:`BrokerMetrics.watch_partitions` from its
+timer; until then the counts are 0 and no per-partition series exists.
+
+``log_cleaner_dirty_ratio{topic, partition}`` stays an ordinary gauge, set by the cleaner job
+(every 15 s, compacted partitions only).
 
 ``request_latency_seconds{api, outcome}``: its ``_count`` is also the request rate per API and
 outcome, Kafka's RequestsPerSec and (outcome="error") ErrorsPerSec in one series.
@@ -15,12 +27,36 @@ outcome, Kafka's RequestsPerSec and (outcome="error") ErrorsPerSec in one series
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-__all__ = ["APIS", "ERROR", "OK", "OUTCOMES", "BrokerMetrics", "TopicMetrics", "outcome_of"]
+if TYPE_CHECKING:
+    from broker.partition import Partition
+
+__all__ = [
+    "APIS",
+    "ERROR",
+    "OK",
+    "OUTCOMES",
+    "PARTITION_GAUGE_NAMES",
+    "BrokerMetrics",
+    "PartitionGaugeCollector",
+    "PartitionGauges",
+    "TopicMetrics",
+    "outcome_of",
+    "partition_families",
+    "partition_gauges",
+]
+
+log = logging.getLogger("tidelog.broker.metrics")
 
 #: The APIs whose latency is measured (handle_<api> of the replica manager).
 APIS = ("produce", "fetch", "list_offsets", "init_producer_id", "describe_logs", "replica_fetch")
@@ -32,6 +68,20 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.
 #: the producer has to retry it).
 OK, ERROR = "ok", "error"
 OUTCOMES = (OK, ERROR)
+#: How long a scrape waits for the event loop's partition snapshot (then: the previous one).
+SNAPSHOT_TIMEOUT_S = 2.0
+#: The families :class:`PartitionGaugeCollector` yields, in order.
+PARTITION_GAUGE_NAMES = (
+    "tidelog_broker_leader_count",
+    "tidelog_broker_partition_count",
+    "tidelog_broker_under_replicated_partitions",
+    "tidelog_broker_under_min_isr_partitions",
+    "tidelog_broker_follower_lag_messages",
+    "tidelog_broker_high_watermark_lag_messages",
+    "tidelog_broker_delayed_fetches",
+    "tidelog_broker_acks_all_waiting",
+    "tidelog_broker_log_size_bytes",
+)
 
 
 class _PartitionAnswer(Protocol):
@@ -107,36 +157,6 @@ class BrokerMetrics:
         self.isr_expands = Counter(p + "isr_expands",
                                    "ISR expansions committed for partitions led here",
                                    registry=registry)
-        self.leader_count = Gauge(p + "leader_count", "partitions led by this broker",
-                                  registry=registry)
-        self.partition_count = Gauge(p + "partition_count", "partition replicas hosted here",
-                                     registry=registry)
-        self.under_replicated_partitions = Gauge(
-            p + "under_replicated_partitions",
-            "partitions led here whose ISR is smaller than their replica set", registry=registry)
-        self.under_min_isr_partitions = Gauge(
-            p + "under_min_isr_partitions",
-            "partitions led here whose ISR is below min.insync.replicas", registry=registry)
-        self.follower_lag = Gauge(
-            p + "follower_lag_messages",
-            "leader LEO minus the follower's last fetch offset, per partition led here and "
-            "follower (-1 before its first fetch in this leader epoch)",
-            ["topic", "partition", "follower"], registry=registry)
-        self.high_watermark_lag = Gauge(
-            p + "high_watermark_lag_messages",
-            "leader LEO minus HW, per partition led here", ["topic", "partition"],
-            registry=registry)
-        self.delayed_fetches = Gauge(p + "delayed_fetches", "fetch long-polls waiting now",
-                                     ["kind"], registry=registry)
-        self.acks_all_waiting = Gauge(
-            p + "acks_all_waiting", "acks=all produces waiting for the high watermark to pass "
-            "their batch: Kafka's produce purgatory size (kafka.server:type="
-            "DelayedOperationPurgatory,name=PurgatorySize,delayedOperation=Produce)",
-            registry=registry)
-        self.log_size = Gauge(
-            p + "log_size_bytes", "bytes of the partition's log on this broker, per hosted "
-            "replica (leader or follower), from the segment index (Kafka's kafka.log:type=Log,"
-            "name=Size)", ["topic", "partition"], registry=registry)
         self.retention_bytes_deleted = Counter(p + "retention_bytes_deleted",
                                                "bytes removed by retention", registry=registry)
         self.cleaner_bytes_cleaned = Counter(
@@ -162,40 +182,189 @@ class BrokerMetrics:
             "UNAUTHENTICATED (a wrong or unknown SCRAM credential, a mechanism not enabled, or "
             "none where [sasl] required), by mechanism (each also logged by tidelog.audit)",
             ["mechanism"], registry=registry)
-        self._lag_labels: set[tuple[str, ...]] = set()
-        self._hw_lag_labels: set[tuple[str, ...]] = set()
-        self._size_labels: set[tuple[str, ...]] = set()
+        #: leader_count ... log_size_bytes: computed when /metrics is scraped (module doc).
+        self.partition_gauges = PartitionGaugeCollector()
+        registry.register(self.partition_gauges)
 
     def topic(self, topic: str) -> TopicMetrics:
         return TopicMetrics(self, topic)
 
-    def set_follower_lags(self, lags: Iterable[tuple[str, int, int, int]],
-                          hw_lags: Iterable[tuple[str, int, int]]) -> None:
-        """Replace the per-follower and per-partition lag gauges: (topic, partition, follower,
-        lag) and (topic, partition, lag). Label sets not given any more are removed, so a
-        partition that moved away stops being reported."""
-        self._lag_labels = _replace(
-            self.follower_lag, self._lag_labels,
-            (((t, str(p), str(f)), lag) for t, p, f, lag in lags))
-        self._hw_lag_labels = _replace(
-            self.high_watermark_lag, self._hw_lag_labels,
-            (((t, str(p)), lag) for t, p, lag in hw_lags))
-
-    def set_log_sizes(self, sizes: Iterable[tuple[str, int, int]]) -> None:
-        """Replace the log size gauges: (topic, partition, bytes) per hosted replica; a
-        partition no longer hosted here stops being reported."""
-        self._size_labels = _replace(self.log_size, self._size_labels,
-                                     (((t, str(p)), size) for t, p, size in sizes))
+    def watch_partitions(self, source: Callable[[], PartitionGauges]) -> None:
+        """Report ``source()`` (the hosted partitions' :class:`PartitionGauges`) at each scrape,
+        taken on the event loop running now (see :meth:`PartitionGaugeCollector.watch`)."""
+        self.partition_gauges.watch(source)
 
 
-def _replace(gauge: Gauge, previous: set[tuple[str, ...]],
-             values: Iterable[tuple[tuple[str, ...], float]]) -> set[tuple[str, ...]]:
-    """Set ``gauge``'s children to ``values`` and remove those of ``previous`` not among them
-    (a stale series would keep reporting a partition that left); the label sets now set."""
-    seen: set[tuple[str, ...]] = set()
-    for labels, value in values:
-        gauge.labels(*labels).set(value)
-        seen.add(labels)
-    for labels in previous - seen:
-        gauge.remove(*labels)
-    return seen
+@dataclass(frozen=True, slots=True)
+class PartitionGauges:
+    """What one scrape reports of the hosted partitions: plain values, copied on the event loop
+    (:func:`partition_gauges`)."""
+
+    partitions: int = 0  # hosted replicas
+    leaders: int = 0
+    under_replicated: int = 0  # led here, ISR smaller than the replica set
+    under_min_isr: int = 0  # led here, ISR below min.insync.replicas
+    acks_all_waiting: int = 0
+    #: (kind, long-polls waiting); none before the replica manager bound its partitions.
+    delayed_fetches: tuple[tuple[str, int], ...] = ()
+    #: (topic, partition, bytes) per hosted replica.
+    log_sizes: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (topic, partition, LEO - HW) per partition led here.
+    high_watermark_lags: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (topic, partition, follower, LEO - its fetch offset, or -1 before its first fetch).
+    follower_lags: list[tuple[str, int, int, int]] = field(default_factory=list)
+
+
+def partition_gauges(partitions: Iterable[Partition], *, follower_fetches: int,
+                     consumer_fetches: int) -> PartitionGauges:
+    """The gauges of ``partitions`` (the hosted replicas) and of the fetch long-polls waiting.
+    Runs on the event loop: it reads the partitions' state."""
+    count = leaders = under_replicated = under_min_isr = waiting = 0
+    sizes: list[tuple[str, int, int]] = []
+    hw_lags: list[tuple[str, int, int]] = []
+    lags: list[tuple[str, int, int, int]] = []
+    for partition in partitions:
+        count += 1
+        topic, partition_id, plog = partition.topic_name, partition.partition_id, partition.log
+        # The segment index's figure (no disk scan).
+        sizes.append((topic, partition_id, plog.size_bytes))
+        state = partition.state
+        if not state.is_leader:
+            continue
+        leaders += 1
+        waiting += partition.acks_waiting
+        under_replicated += len(state.isr) < len(state.replicas)
+        under_min_isr += state.is_under_min_isr(partition.config.min_insync_replicas)
+        leo = plog.log_end_offset
+        hw_lags.append((topic, partition_id, leo - plog.high_watermark))
+        for replica in state.replicas:
+            follower = state.follower_state(replica)
+            if follower is not None:
+                lag = -1 if follower.log_end_offset < 0 else leo - follower.log_end_offset
+                lags.append((topic, partition_id, replica, lag))
+    return PartitionGauges(
+        partitions=count, leaders=leaders, under_replicated=under_replicated,
+        under_min_isr=under_min_isr, acks_all_waiting=waiting,
+        delayed_fetches=(("follower", follower_fetches), ("consumer", consumer_fetches)),
+        log_sizes=sizes, high_watermark_lags=hw_lags, follower_lags=lags)
+
+
+def partition_families(taken: PartitionGauges) -> Iterator[Metric]:
+    """The metric families of one snapshot: the names, types, labels and help texts of the
+    gauges they replace. A label set given twice is reported once, the last value winning (as
+    setting a gauge child twice did)."""
+    p = "tidelog_broker_"
+    yield GaugeMetricFamily(p + "leader_count", "partitions led by this broker",
+                            value=float(taken.leaders))
+    yield GaugeMetricFamily(p + "partition_count", "partition replicas hosted here",
+                            value=float(taken.partitions))
+    yield GaugeMetricFamily(
+        p + "under_replicated_partitions",
+        "partitions led here whose ISR is smaller than their replica set",
+        value=float(taken.under_replicated))
+    yield GaugeMetricFamily(
+        p + "under_min_isr_partitions",
+        "partitions led here whose ISR is below min.insync.replicas",
+        value=float(taken.under_min_isr))
+    follower_lag = GaugeMetricFamily(
+        p + "follower_lag_messages",
+        "leader LEO minus the follower's last fetch offset, per partition led here and "
+        "follower (-1 before its first fetch in this leader epoch)",
+        labels=["topic", "partition", "follower"])
+    for (topic, partition, follower), lag in {
+            (t, str(pid), str(f)): lag for t, pid, f, lag in taken.follower_lags}.items():
+        follower_lag.add_metric([topic, partition, follower], float(lag))
+    yield follower_lag
+    hw_lag = GaugeMetricFamily(
+        p + "high_watermark_lag_messages", "leader LEO minus HW, per partition led here",
+        labels=["topic", "partition"])
+    for (topic, partition), lag in {
+            (t, str(pid)): lag for t, pid, lag in taken.high_watermark_lags}.items():
+        hw_lag.add_metric([topic, partition], float(lag))
+    yield hw_lag
+    delayed = GaugeMetricFamily(p + "delayed_fetches", "fetch long-polls waiting now",
+                                labels=["kind"])
+    for kind, waiting in taken.delayed_fetches:
+        delayed.add_metric([kind], float(waiting))
+    yield delayed
+    yield GaugeMetricFamily(
+        p + "acks_all_waiting", "acks=all produces waiting for the high watermark to pass "
+        "their batch: Kafka's produce purgatory size (kafka.server:type="
+        "DelayedOperationPurgatory,name=PurgatorySize,delayedOperation=Produce)",
+        value=float(taken.acks_all_waiting))
+    log_size = GaugeMetricFamily(
+        p + "log_size_bytes", "bytes of the partition's log on this broker, per hosted "
+        "replica (leader or follower), from the segment index (Kafka's kafka.log:type=Log,"
+        "name=Size)", labels=["topic", "partition"])
+    for (topic, partition), size in {
+            (t, str(pid)): size for t, pid, size in taken.log_sizes}.items():
+        log_size.add_metric([topic, partition], float(size))
+    yield log_size
+
+
+class PartitionGaugeCollector(Collector):
+    """The hosted partitions' gauges, computed when /metrics is scraped (see the module doc)."""
+
+    def __init__(self) -> None:
+        #: (snapshot source, the event loop it must run on, or None: the caller's thread).
+        self._bound: tuple[Callable[[], PartitionGauges],
+                           asyncio.AbstractEventLoop | None] | None = None
+        self._last = PartitionGauges()
+
+    def watch(self, source: Callable[[], PartitionGauges]) -> None:
+        """Take snapshots with ``source`` from now on, on the event loop running now (none
+        running: on the scraping thread). Cheap; the replica manager calls it from its timer."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self._bound = (source, loop)  # one assignment: a scrape sees both or neither
+
+    def describe(self) -> list[Metric]:
+        # Names only: registering must not take a snapshot.
+        return list(partition_families(PartitionGauges()))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from partition_families(self._take())
+
+    def _take(self) -> PartitionGauges:
+        bound = self._bound
+        if bound is None:
+            return self._last
+        source, loop = bound
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if loop is None or running is loop:  # scraped on the loop itself (tests)
+                taken = source()
+            elif loop.is_closed():
+                return self._last
+            else:
+                taken = _on_loop(loop, source)
+        except Exception as error:  # a busy or stopping loop: report the previous snapshot
+            log.warning("broker metrics: no partition snapshot from the event loop: %r", error)
+            return self._last
+        self._last = taken
+        return taken
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop,
+             source: Callable[[], PartitionGauges]) -> PartitionGauges:
+    """``source()`` run on ``loop`` (from another thread), waited for SNAPSHOT_TIMEOUT_S."""
+    future: concurrent.futures.Future[PartitionGauges] = concurrent.futures.Future()
+
+    def take() -> None:
+        if not future.set_running_or_notify_cancel():
+            return  # the scrape gave up waiting
+        try:
+            future.set_result(source())
+        except BaseException as error:
+            future.set_exception(error)
+
+    loop.call_soon_threadsafe(take)
+    try:
+        return future.result(SNAPSHOT_TIMEOUT_S)
+    finally:
+        future.cancel()  # a no-op once it ran

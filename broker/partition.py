@@ -15,7 +15,9 @@ so no other request sees a half-done one:
   "appended" lets an idempotent producer re-sequence a batch that may be committed. Such a
   failure is logged and returned in :attr:`AppendResult.error` with the batch's offsets.
 * **flush** (leader and follower alike): topic ``flush.messages`` counts appended batches and
-  fsyncs at the limit; ``flush.ms`` is checked on the replica manager's timer. A follower counts
+  fsyncs at the limit; ``flush.ms`` is checked on the replica manager's timer, for the
+  partitions that told it they hold unflushed appends (``PartitionContext.on_unflushed``) only,
+  so an idle broker checks none. A follower counts
   the batches of each fetch response and fsyncs before it fetches again, so the LEO it reports
   to the leader (which moves the HW, and so acks=all) is on disk when the topic asks for it.
 * **follower fetch served** (leader): ``on_follower_fetch`` (epochs, divergence, follower LEO,
@@ -102,6 +104,8 @@ REPLAY_READ_BYTES = 4 << 20
 #: Batches replayed into the producer state at open, at most (a bound on startup work).
 REPLAY_BATCHES_MAX = 50_000_000
 _LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+#: flush.messages / flush.ms at or above this never force an fsync (Kafka's default: Long.MAX).
+_NEVER = 2**62
 _ACKS_ALL = -1
 
 
@@ -113,13 +117,19 @@ class PartitionContext(Protocol):
         ``Partition.on_alter_partition_response``."""
 
     def on_new_data(self, partition: Partition) -> None:
-        """The leader's log grew: wake follower long-polls."""
+        """The leader's log grew, or something else a follower fetch decides on or answers
+        changed (an ISR change resolved, the log start moved): wake follower long-polls and
+        fetch sessions."""
 
     def on_high_watermark(self, partition: Partition) -> None:
         """The HW moved: wake consumer long-polls."""
 
     def flush(self) -> None:
         """fsync the storage now (topic flush.messages / flush.ms)."""
+
+    def on_unflushed(self, partition: Partition) -> None:
+        """``partition`` has appends a topic flush.ms may have to fsync: call its
+        ``maybe_flush`` on the flush timer until it answers False."""
 
     @property
     def flush_generation(self) -> int:
@@ -225,6 +235,9 @@ class Partition:
         if config != self.config:
             self.config = config
             self.log.config = log_config_of(config)
+            if self._unflushed_batches:
+                # A shorter flush.ms applies to appends already counted: back on the timer.
+                self.context.on_unflushed(self)
             # A lower min.insync.replicas may complete waiters at once.
             self._check_waiters()
 
@@ -233,10 +246,15 @@ class Partition:
                                     isr: Sequence[int] = (), partition_epoch: int = -1,
                                     now_ms: int) -> None:
         before = self._leader_isr()
+        pending = self.state.pending_isr_change
         self.run_effects(self.state.on_alter_partition_response(
             proposal, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch,
             isr=isr, partition_epoch=partition_epoch, now_ms=now_ms))
         self._note_isr_change(before)
+        if pending is not None and self.state.pending_isr_change is None:
+            # Resolved: a caught-up follower's ISR expansion may be proposed now (follower
+            # fetch sessions evaluate what changed only).
+            self.context.on_new_data(self)
 
     def _leader_isr(self) -> tuple[int, tuple[int, ...]] | None:
         state = self.state
@@ -351,8 +369,11 @@ class Partition:
         self.producers.on_append(BatchHeader(
             batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count,
             info.base_offset, info.log_append_time_ms))
-        effects = self.state.on_local_append(self.log.log_end_offset, now_ms=monotonic_ms)
+        # Followers first, while the core still has the old LEO: a fetch session records then
+        # that its caught-up followers of this idle partition fetched it again (broker.
+        # replication.fetch_session), as Kafka's leader would have seen them do.
         self.context.on_new_data(self)
+        effects = self.state.on_local_append(self.log.log_end_offset, now_ms=monotonic_ms)
         self.run_effects(effects)
         if self.metrics is not None:
             self.metrics.bytes_in.inc(size)
@@ -582,8 +603,12 @@ class Partition:
         config = self.config
         if "delete" not in config.cleanup_policy:
             return 0
-        return self.log.enforce_retention(now_ms, retention_ms=config.retention_ms,
-                                          retention_bytes=config.retention_bytes)
+        start = self.log.log_start_offset
+        removed = self.log.enforce_retention(now_ms, retention_ms=config.retention_ms,
+                                             retention_bytes=config.retention_bytes)
+        if self.log.log_start_offset != start and self.state.is_leader:
+            self.context.on_new_data(self)  # followers follow the leader's log start
+        return removed
 
     def maybe_save_producer_state(self, *, force: bool = False) -> bool:
         """Store the producer state if it changed since the last save (or ``force``)."""
@@ -599,7 +624,7 @@ class Partition:
         fsync at the limit. A flush that fails leaves the count, so the next append -- or a
         retry of this batch (``_flush_if_owed``) -- tries again."""
         config = self.config
-        if config.flush_messages >= 2**62 and config.flush_ms >= 2**62:
+        if config.flush_messages >= _NEVER and config.flush_ms >= _NEVER:
             return  # Kafka's defaults: never force an fsync
         if self._flush_generation != self.context.flush_generation:
             self._flush_generation = self.context.flush_generation
@@ -607,6 +632,8 @@ class Partition:
         if self._unflushed_batches == 0:
             self._first_unflushed_ms = now_ms
         self._unflushed_batches += batches
+        if config.flush_ms < _NEVER:
+            self.context.on_unflushed(self)  # flush.ms: the timer checks this one
         self._flush_if_owed()
 
     def _flush_if_owed(self) -> None:
@@ -615,11 +642,19 @@ class Partition:
                 and self._flush_generation == self.context.flush_generation):
             self.context.flush()
 
-    def maybe_flush(self, now_ms: int) -> None:
-        """Topic flush.ms: fsync when the oldest unflushed append is that old."""
-        if (self._unflushed_batches and self._flush_generation == self.context.flush_generation
-                and now_ms - self._first_unflushed_ms >= self.config.flush_ms):
-            self.context.flush()
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Topic flush.ms: fsync when the oldest unflushed append is that old. Returns whether
+        the timer must keep checking this partition: False once nothing is left to flush (no
+        append counted, a storage flush since them, or this one) or flush.ms never forces one;
+        a failed flush raises and leaves the partition to check again."""
+        if (not self._unflushed_batches
+                or self._flush_generation != self.context.flush_generation
+                or self.config.flush_ms >= _NEVER):
+            return False
+        if now_ms - self._first_unflushed_ms < self.config.flush_ms:
+            return True
+        self.context.flush()
+        return False
 
 
 def load_producer_state(log_: PartitionLog) -> ProducerStateTable:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from broker.alter_partition import AlterPartitionManager
-from broker.delayed import FetchWaiters
+from broker.delayed import FetchWaiters, FollowerFetchWaiters
 from broker.fetcher import (
     FETCH_BACKOFF_MS_DEFAULT,
     GrpcReplicaTransport,
@@ -45,7 +45,7 @@ from broker.fetcher import (
     ReplicaTransport,
 )
 from broker.metadata_listener import MetadataUpdate
-from broker.metrics import BrokerMetrics, TopicMetrics
+from broker.metrics import BrokerMetrics, PartitionGauges, TopicMetrics, partition_gauges
 from broker.partition import Partition, PartitionKey, log_config_of
 from broker.partition_writer import (
     AppendOutcome,
@@ -108,7 +108,8 @@ PRODUCER_STATE_SAVE_INTERVAL_MS = 10_000
 LOG_CLEANER_BACKOFF_MS = 15_000
 #: Kafka's producer.id.expiration.check.interval.ms.
 PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
-#: Gauges (ISR health, lags) and topic flush.ms checks run this often.
+#: Topic flush.ms checks (of the partitions holding unflushed appends) and stray-log checks run
+#: this often (the "gauges" job; the gauges themselves are computed per /metrics scrape).
 GAUGES_INTERVAL_MS = 1_000
 #: The timer task's pace: every periodic job runs on one of these ticks.
 TICK_INTERVAL_MS = 100
@@ -215,7 +216,8 @@ class ReplicaManager:
         self._partitions: dict[PartitionKey, Partition] = {}
         self._image = MetadataImage.empty()
         self._ineligible: frozenset[int] = frozenset()
-        self._follower_waiters = FetchWaiters()  # ReplicaService fetches: wait for data
+        # ReplicaService fetches wait for data; FetchStream fetch sessions are marked dirty.
+        self._follower_waiters = FollowerFetchWaiters()
         self._consumer_waiters = FetchWaiters()  # BrokerService fetches: wait for the HW
         self.producer_ids = ProducerIdManager(broker_id=broker_id, broker_epoch=broker_epoch,
                                               controller=controller)
@@ -223,6 +225,9 @@ class ReplicaManager:
             broker_id=broker_id, broker_epoch=broker_epoch, controller=controller,
             is_hosted=lambda p: self._partitions.get(p.key) is p)
         self._flush_generation = 0
+        #: Partitions with appends a topic flush.ms may have to fsync (Partition.on_unflushed):
+        #: the only ones the flush timer looks at.
+        self._unflushed: set[Partition] = set()
         self._strays: set[PartitionKey] = set()
         self._topic_metrics: dict[str, TopicMetrics] = {}
         self._hw_listeners: list[HighWatermarkListener] = []
@@ -302,8 +307,9 @@ class ReplicaManager:
         return self.config.produce_request_bytes_max
 
     @property
-    def follower_waiters(self) -> FetchWaiters:
-        """Follower fetches wait here for data (woken by appends, role changes, deletion)."""
+    def follower_waiters(self) -> FollowerFetchWaiters:
+        """Follower fetches wait here for data, and fetch sessions are told what changed:
+        appends, HW and log start moves, role, ISR and eligibility changes, deletion."""
         return self._follower_waiters
 
     @property
@@ -332,10 +338,14 @@ class ReplicaManager:
         for gone in changes.deletes:
             self._delete_partition((gone.topic_id, gone.partition_id), why="metadata")
         if image.cluster is not previous.cluster:
-            self._ineligible = frozenset(
+            ineligible = frozenset(
                 b.broker_id for b in image.cluster.brokers.values() if not b.is_active)
+            changed, self._ineligible = ineligible ^ self._ineligible, ineligible
             for partition in self._partitions.values():
                 partition.set_ineligible_replicas(self._ineligible, now_ms=now_ms)
+            # A caught-up follower that became eligible may join ISRs: its fetch sessions
+            # evaluate every partition again (they evaluate only what changed otherwise).
+            self._follower_waiters.wake_replicas(changed)
         for local in (*changes.leaders, *changes.followers):
             try:
                 self._apply_partition(local.topic_name, local.topic_id, local.partition_id,
@@ -386,6 +396,9 @@ class ReplicaManager:
             # Waiting fetches of this partition answer now (NOT_LEADER_OR_FOLLOWER, new data).
             self._follower_waiters.wake(key)
             self._consumer_waiters.wake(key)
+        elif state.is_leader:
+            # ISR or replicas changed: follower fetch sessions decide again (ISR expansion).
+            self._follower_waiters.wake(key)
 
     def _delete_partition(self, key: PartitionKey, *, why: str) -> None:
         partition = self._partitions.pop(key, None)
@@ -471,6 +484,9 @@ class ReplicaManager:
 
     def on_high_watermark(self, partition: Partition) -> None:
         self._consumer_waiters.wake(partition.key)
+        # Followers learn the HW from fetch answers: their sessions answer it (bounded by the
+        # long-poll's wait, as before; an idle session has no other reason to answer).
+        self._follower_waiters.wake(partition.key)
         if self._hw_listeners:
             tp, hw = TopicIdPartition(*partition.key), partition.log.high_watermark
             for listener in tuple(self._hw_listeners):
@@ -500,6 +516,11 @@ class ReplicaManager:
     @property
     def flush_generation(self) -> int:
         return self._flush_generation
+
+    def on_unflushed(self, partition: Partition) -> None:
+        """``partition`` holds appends its topic's flush.ms may force an fsync for: the gauges
+        tick checks it (``_update_gauges``) until it says there is nothing left to flush."""
+        self._unflushed.add(partition)
 
     # --- the typed append (PartitionWriter) ----------------------------------------------------
 
@@ -715,44 +736,27 @@ class ReplicaManager:
                 self.metrics.cleaner_bytes_cleaned.inc(stats.bytes_read)
 
     def _update_gauges(self) -> None:
+        """The 1 s job: stray logs, topic flush.ms, and binding the partition gauges. Its work
+        is bounded by what changed, not by the partitions hosted: flush.ms is checked for the
+        partitions holding unflushed appends only (``on_unflushed``), and the gauges are
+        computed when /metrics is scraped (broker.metrics.PartitionGaugeCollector), so an idle
+        broker walks no partition here."""
         now_ms = _monotonic_ms()  # flush.ms is a duration (see Partition._count_unflushed)
         self._maybe_delete_strays()
-        for partition in self.partitions():
-            partition.maybe_flush(now_ms)
-        metrics = self.metrics
-        if metrics is None:
-            return
-        leaders = under_replicated = under_min_isr = waiting = 0
-        lags: list[tuple[str, int, int, int]] = []
-        hw_lags: list[tuple[str, int, int]] = []
-        # Every hosted replica's log size: the segment index's figure (no disk scan per tick).
-        sizes: list[tuple[str, int, int]] = []
-        for partition in self._partitions.values():
-            sizes.append((partition.topic_name, partition.partition_id, partition.log.size_bytes))
-            state = partition.state
-            if not state.is_leader:
-                continue
-            leaders += 1
-            waiting += partition.acks_waiting
-            under_replicated += len(state.isr) < len(state.replicas)
-            under_min_isr += state.is_under_min_isr(partition.config.min_insync_replicas)
-            leo = partition.log.log_end_offset
-            hw_lags.append((partition.topic_name, partition.partition_id,
-                            leo - partition.log.high_watermark))
-            for replica in state.replicas:
-                follower = state.follower_state(replica)
-                if follower is not None:
-                    lag = -1 if follower.log_end_offset < 0 else leo - follower.log_end_offset
-                    lags.append((partition.topic_name, partition.partition_id, replica, lag))
-        metrics.leader_count.set(leaders)
-        metrics.partition_count.set(len(self._partitions))
-        metrics.under_replicated_partitions.set(under_replicated)
-        metrics.under_min_isr_partitions.set(under_min_isr)
-        metrics.acks_all_waiting.set(waiting)
-        metrics.delayed_fetches.labels("follower").set(len(self._follower_waiters))
-        metrics.delayed_fetches.labels("consumer").set(len(self._consumer_waiters))
-        metrics.set_follower_lags(lags, hw_lags)
-        metrics.set_log_sizes(sizes)
+        if self._unflushed:
+            for partition in list(self._unflushed):
+                # A partition deleted meanwhile is no longer flushed, as it is no longer hosted.
+                if (partition.closed or self._partitions.get(partition.key) is not partition
+                        or not partition.maybe_flush(now_ms)):
+                    self._unflushed.discard(partition)
+        if self.metrics is not None:
+            self.metrics.watch_partitions(self._gauge_snapshot)
+
+    def _gauge_snapshot(self) -> PartitionGauges:
+        """What a /metrics scrape reports of the hosted partitions (run on the event loop)."""
+        return partition_gauges(self._partitions.values(),
+                                follower_fetches=len(self._follower_waiters),
+                                consumer_fetches=len(self._consumer_waiters))
 
 
 

@@ -363,10 +363,16 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
     async def FetchStream(self, requests: AsyncIterator[pb.FetchRequest],
                           context: Any) -> AsyncIterator[pb.FetchResponse]:
         """Fetch over one stream (see ``broker.fetcher``'s module doc): one answer per
-        request, in order, through the same handler as the unary call."""
-        async for request in requests:
-            plane = await self._check(request, context)
-            yield await plane.handle_replica_fetch(request)
+        request, in order, through the same handler as the unary call. The stream is the
+        follower's fetch session (broker.proto; broker.handlers.fetch.ReplicaFetchSession):
+        it opens with the stream and ends with it, however the stream ends."""
+        session = self.rt.data_plane.open_replica_fetch_session()
+        try:
+            async for request in requests:
+                plane = await self._check(request, context)
+                yield await plane.handle_replica_fetch(request, session)
+        finally:
+            session.close()
 
 
 def add_to_server(server: grpc.aio.Server, runtime: BrokerRuntime) -> None:

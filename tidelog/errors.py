@@ -288,6 +288,11 @@ class GroupIdNotFoundError(TidelogError):
     retriable = False
 
 
+class InvalidFetchSessionEpochError(TidelogError):
+    code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    retriable = True
+
+
 class FencedLeaderEpochError(TidelogError):
     code = ErrorCode.FENCED_LEADER_EPOCH
     retriable = True

@@ -21,7 +21,7 @@ holds and broker/service.py's servicers call.
 from __future__ import annotations
 
 from broker.handlers.common import HandlerRegistry
-from broker.handlers.fetch import handle_fetch, handle_replica_fetch
+from broker.handlers.fetch import ReplicaFetchSession, handle_fetch, handle_replica_fetch
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.logs import handle_describe_logs
 from broker.handlers.offsets import handle_list_offsets
@@ -54,8 +54,14 @@ class DataPlaneHandlers:
     async def handle_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         return await handle_fetch(self.registry, request)
 
-    async def handle_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
-        return await handle_replica_fetch(self.registry, request)
+    async def handle_replica_fetch(self, request: pb.FetchRequest,
+                                   session: ReplicaFetchSession | None = None
+                                   ) -> pb.FetchResponse:
+        return await handle_replica_fetch(self.registry, request, session)
+
+    def open_replica_fetch_session(self) -> ReplicaFetchSession:
+        """A FetchStream's fetch session; the stream's end must close it."""
+        return ReplicaFetchSession(self.registry)
 
     async def handle_list_offsets(self, request: pb.ListOffsetsRequest
                                   ) -> pb.ListOffsetsResponse:

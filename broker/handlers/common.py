@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from broker.delayed import FetchWaiters
+from broker.delayed import FetchWaiters, FollowerFetchWaiters
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.partition_writer import AppendOutcome, PendingAppend, TopicIdPartition
@@ -49,8 +49,8 @@ class HandlerRegistry(Protocol):
     def producer_ids(self) -> ProducerIdManager: ...
 
     @property
-    def follower_waiters(self) -> FetchWaiters:
-        """Follower fetches wait here for data."""
+    def follower_waiters(self) -> FollowerFetchWaiters:
+        """Follower fetches wait here for data; fetch sessions register here."""
         ...
 
     @property

@@ -7,6 +7,14 @@ caught up, and unless the follower's broker epoch is exactly its registration's 
 broker's image (KIP-903); otherwise each partition records the follower's LEO (HW, ISR),
 answers a diverging epoch, and the fetch waits on the follower waiters (woken by appends).
 
+A follower's FetchStream is a fetch session (:class:`ReplicaFetchSession`, the shell around
+broker.replication.fetch_session.LeaderSession; the wire contract is in broker.proto): after the
+full first request, a round evaluates only the partitions the request lists and those marked
+dirty since (the replica manager's wake-ups: appends, HW, role, ISR, eligibility, deletion),
+parks on the session's own event, and answers only the partitions with something new. The unary
+ReplicaService.Fetch keeps no session and answers an incremental request
+INVALID_FETCH_SESSION_EPOCH.
+
 Both long-poll: up to ``max_wait_ms`` (capped at FETCH_WAIT_MS_MAX) for ``min_bytes``,
 re-reading after each wake-up (at most FETCH_PASSES_MAX passes); an error, the deadline, or no
 partition to wait for answers at once. The first batch of a response comes whole (progress);
@@ -16,14 +24,20 @@ handler raise: errors are per-partition codes (with a leader hint where a retry 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import cast
 
 from broker.handlers.common import HandlerRegistry, error_code, set_error
 from broker.metrics import outcome_of
-from broker.partition import Partition
+from broker.partition import Partition, PartitionKey
+from broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
 from tidelog import limits
 from tidelog.errors import (
+    InvalidFetchSessionEpochError,
     InvalidFetchSizeError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
@@ -34,7 +48,14 @@ from tidelog.errors import (
 from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
 
-__all__ = ["FETCH_PASSES_MAX", "handle_fetch", "handle_replica_fetch", "replica_fetch_error"]
+__all__ = [
+    "FETCH_PASSES_MAX",
+    "FetchSessionStats",
+    "ReplicaFetchSession",
+    "handle_fetch",
+    "handle_replica_fetch",
+    "replica_fetch_error",
+]
 
 log = logging.getLogger("tidelog.broker.replica_manager")
 
@@ -57,15 +78,23 @@ async def handle_fetch(registry: HandlerRegistry, request: pb.FetchRequest) -> p
     return response
 
 
-async def handle_replica_fetch(registry: HandlerRegistry,
-                               request: pb.FetchRequest) -> pb.FetchResponse:
+async def handle_replica_fetch(registry: HandlerRegistry, request: pb.FetchRequest,
+                               session: ReplicaFetchSession | None = None) -> pb.FetchResponse:
     """A follower's fetch (ReplicaService): records its LEO (HW, ISR), answers divergence, and
-    long-polls for new data."""
+    long-polls for new data; within ``session`` (a FetchStream's) incrementally."""
     started = time.perf_counter()
     error = replica_fetch_error(registry, request)
+    if error is None and session is None and request.session_epoch != FULL_SESSION_EPOCH:
+        error = InvalidFetchSessionEpochError(
+            f"session epoch {request.session_epoch}: only ReplicaService.FetchStream keeps "
+            "fetch sessions")
     if error is not None:
+        if session is not None:
+            session.reset()
         response = pb.FetchResponse(error_code=error_code(error.code),
                                     error_message=error.message)
+    elif session is not None:
+        response = await session.serve(request)
     else:
         response = await _long_poll(registry, request, follower=True)
     if registry.metrics is not None:
@@ -224,3 +253,259 @@ def _read_for_follower(request: pb.FetchRequest, partition: Partition,
         raise decision.error
     answer.batches.extend(batches)
     return sum(len(b) for b in batches)
+
+
+# --- fetch sessions (ReplicaService.FetchStream) ---------------------------------------------
+
+
+@dataclass(slots=True)
+class FetchSessionStats:
+    """What a session did (tests, benchmarks): requests, and partitions listed in them,
+    forgotten, evaluated and answered."""
+
+    rounds: int = 0
+    full_rounds: int = 0
+    refused: int = 0
+    listed: int = 0
+    forgotten: int = 0
+    evaluated: int = 0
+    answered: int = 0
+    #: The last round's (listed, evaluated, answered).
+    last: tuple[int, int, int] = (0, 0, 0)
+
+
+class ReplicaFetchSession:
+    """The leader's end of one follower's FetchStream (see the module doc): the pure
+    :class:`~broker.replication.fetch_session.LeaderSession` plus the event a parked round
+    waits on. Registered with the registry's follower waiters while the stream is open; the
+    stream's end must call :meth:`close`."""
+
+    def __init__(self, registry: HandlerRegistry) -> None:
+        self._registry = registry
+        self._core: LeaderSession[PartitionKey, pb.FetchRequest.PartitionData] = LeaderSession()
+        self._event = asyncio.Event()
+        self._parked = False
+        self._closed = False
+        #: The hosted partition each key was last evaluated on (repeated fetches go to its core).
+        self._hosted: dict[PartitionKey, Partition] = {}
+        #: The partition being evaluated: its own effects (a HW it moved) are in its answer.
+        self._evaluating: PartitionKey | None = None
+        self.stats = FetchSessionStats()
+        registry.follower_waiters.add_session(self)
+
+    # --- FetchSessionWaiter (broker.delayed) ---------------------------------------------------
+
+    @property
+    def replica_id(self) -> int:
+        return self._core.replica_id
+
+    @property
+    def parked(self) -> bool:
+        return self._parked
+
+    def mark_dirty(self, key: Hashable) -> None:
+        if key == self._evaluating:
+            return  # its answer, being made, has it
+        pkey = cast(PartitionKey, key)  # the waiters' keys are PartitionKeys
+        mark = self._core.mark_dirty(pkey)
+        if mark is None:
+            return
+        if mark.repeated_at_ms is not None:
+            self._fetched_again(pkey, mark.repeated_at_ms)
+        self._event.set()
+
+    def mark_all_dirty(self) -> None:
+        marks = self._core.mark_all_dirty()
+        for key, mark in marks:
+            if mark.repeated_at_ms is not None:
+                self._fetched_again(key, mark.repeated_at_ms)
+        if marks:
+            self._event.set()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    # --- the stream ----------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """The request was refused as a whole: the follower starts over with a full one."""
+        self._record_repeated_fetches()
+        self._core.reset()
+        self._hosted.clear()
+
+    def close(self) -> None:
+        """The stream ended: record the repeated fetches and stop being woken."""
+        if self._closed:
+            return
+        self._closed = True
+        self._registry.follower_waiters.remove_session(self)
+        self._record_repeated_fetches()
+        self._core.reset()
+        self._hosted.clear()
+        self._event.set()
+
+    def _record_repeated_fetches(self) -> None:
+        for key, at_ms in self._core.closing():
+            self._fetched_again(key, at_ms)
+
+    def _fetched_again(self, key: PartitionKey, at_ms: int) -> None:
+        partition = self._hosted.get(key)
+        if partition is not None and not partition.closed:
+            partition.state.on_follower_fetch_repeated(self._core.replica_id, at_ms=at_ms)
+
+    async def serve(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        """One request of the stream (already checked by handle_replica_fetch)."""
+        max_bytes = request.max_bytes or limits.FETCH_BYTES_MAX_DEFAULT
+        if max_bytes < 0:
+            self.reset()
+            error: TidelogError = InvalidFetchSizeError(
+                f"max_bytes must be > 0, got {request.max_bytes}")
+            return pb.FetchResponse(error_code=error_code(error.code),
+                                    error_message=error.message)
+        now = time.monotonic()
+        max_wait_ms = min(max(request.max_wait_ms, 0), limits.FETCH_WAIT_MS_MAX)
+        deadline = now + max_wait_ms / 1000
+        listed: list[tuple[PartitionKey, pb.FetchRequest.PartitionData]] = []
+        answers: dict[PartitionKey, tuple[pb.FetchResponse.PartitionData, int]] = {}
+        names: dict[bytes, str] = {}
+        for topic in request.topics:
+            for data in topic.partitions:
+                if topic.topic_id:
+                    listed.append(((topic.topic_id, data.partition_id), data))
+                else:  # a session keys partitions by topic id
+                    answer = _blank_answer(data.partition_id)
+                    set_error(self._registry, answer, InvalidRequestError(
+                        "a fetch session names topics by topic_id"), None, data.partition_id,
+                        "replica_fetch")
+                    answers[(b"", data.partition_id)] = (answer, 0)
+                    names[b""] = topic.name
+        invalid = bool(answers)
+        forgotten = [(topic.topic_id, p) for topic in request.forgotten for p in topic.partitions]
+        decision = self._core.begin_round(
+            session_epoch=request.session_epoch, replica_id=request.replica_id,
+            broker_epoch=request.replica_broker_epoch, listed=listed, forgotten=forgotten,
+            now_ms=int(now * 1000))
+        stats = self.stats
+        stats.rounds += 1
+        if isinstance(decision, Refusal):
+            stats.refused += 1
+            self.reset()
+            return pb.FetchResponse(error_code=error_code(decision.error.code),
+                                    error_message=decision.error.message)
+        if decision.full:
+            stats.full_rounds += 1
+            self._hosted.clear()
+        for key in forgotten:
+            self._hosted.pop(key, None)
+        stats.listed += len(listed)
+        stats.forgotten += len(forgotten)
+        self._event.clear()
+        evaluated = len(decision.evaluate)
+        total, urgent = self._evaluate(request, decision.evaluate, answers, names, 0, max_bytes)
+        urgent = urgent or invalid
+        for _ in range(FETCH_PASSES_MAX):
+            if total >= request.min_bytes or urgent or self._closed:
+                break
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                break
+            self._parked = True
+            try:
+                async with asyncio.timeout(remaining_s):
+                    await self._event.wait()
+            except TimeoutError:
+                break
+            finally:
+                self._parked = False
+            self._event.clear()
+            keys = self._core.take_dirty()
+            evaluated += len(keys)
+            total, urgent = self._evaluate(request, keys, answers, names, total, max_bytes)
+        response = pb.FetchResponse(next_session_epoch=decision.next_session_epoch)
+        by_topic: dict[bytes, list[pb.FetchResponse.PartitionData]] = {}
+        for (topic_id, _), (answer, _) in answers.items():
+            by_topic.setdefault(topic_id, []).append(answer)
+        for topic_id, partitions in by_topic.items():
+            response.topics.add(name=names.get(topic_id, ""), topic_id=topic_id,
+                                partitions=partitions)
+        stats.evaluated += evaluated
+        stats.answered += len(answers)
+        stats.last = (len(listed), evaluated, len(answers))
+        return response
+
+    def _evaluate(self, request: pb.FetchRequest, keys: Iterable[PartitionKey],
+                  answers: dict[PartitionKey, tuple[pb.FetchResponse.PartitionData, int]],
+                  names: dict[bytes, str], total: int, max_bytes: int) -> tuple[int, bool]:
+        """Evaluate ``keys`` at their cached fetch into ``answers`` (those the answer
+        includes); returns (bytes answered, whether an answer must go now: an error or a
+        diverging epoch)."""
+        registry, core = self._registry, self._core
+        replica_id, broker_epoch = request.replica_id, request.replica_broker_epoch
+        monotonic_ms = int(time.monotonic() * 1000)
+        urgent = False
+        for key in keys:
+            data = core.fetch_of(key)
+            if data is None:
+                continue  # forgotten meanwhile
+            topic_id, partition, error = registry.lookup(key[0], "", key[1])
+            answer = _blank_answer(key[1])
+            size = 0
+            more = diverging = False
+            if partition is None:
+                self._hosted.pop(key, None)
+            else:
+                self._hosted[key] = partition
+                names[key[0]] = partition.topic_name
+            if error is None and partition is not None:
+                limit = data.partition_max_bytes or limits.PARTITION_FETCH_BYTES_MAX_DEFAULT
+                if data.partition_max_bytes < 0:
+                    error = InvalidFetchSizeError(
+                        f"partition_max_bytes must be > 0, got {data.partition_max_bytes}")
+                else:
+                    budget = max(min(limit, max_bytes - total), 0)
+                    self._evaluating = key
+                    try:
+                        decision, batches = partition.serve_follower_fetch(
+                            replica_id, data, max_bytes=budget, monotonic_ms=monotonic_ms,
+                            broker_epoch=broker_epoch)
+                        answer.high_watermark = decision.high_watermark
+                        answer.last_stable_offset = decision.high_watermark
+                        answer.log_start_offset = decision.log_start_offset
+                        answer.log_end_offset = decision.log_end_offset
+                        if decision.diverging_epoch is not None:
+                            diverging = True
+                            answer.diverging_epoch.epoch = decision.diverging_epoch.epoch
+                            answer.diverging_epoch.end_offset = \
+                                decision.diverging_epoch.end_offset
+                        error = decision.error
+                        if batches:
+                            answer.batches.extend(batches)
+                            size = sum(len(b) for b in batches)
+                        elif decision.should_read:
+                            more = decision.fetch_offset < decision.log_end_offset
+                    except TidelogError as e:
+                        error = e
+                    except Exception as e:  # a bug: answer it, keep serving the rest
+                        log.exception("broker %d: fetch of %s failed", registry.broker_id,
+                                      partition.name)
+                        error = UnknownServerError(f"{type(e).__name__}: {e}")
+                    finally:
+                        self._evaluating = None
+            if error is not None:
+                set_error(registry, answer, error, topic_id, key[1], "replica_fetch")
+            if core.on_evaluated(key, high_watermark=answer.high_watermark,
+                                 log_start_offset=answer.log_start_offset, records=size > 0,
+                                 error=error is not None, diverging=diverging, more=more):
+                previous = answers.get(key)
+                if previous is not None:
+                    total -= previous[1]
+                answers[key] = (answer, size)
+                total += size
+                urgent = urgent or error is not None or diverging
+        return total, urgent
+
+
+def _blank_answer(partition_id: int) -> pb.FetchResponse.PartitionData:
+    return pb.FetchResponse.PartitionData(partition_id=partition_id, high_watermark=-1,
+                                          last_stable_offset=-1, log_start_offset=-1,
+                                          log_end_offset=-1)

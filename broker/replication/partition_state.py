@@ -474,6 +474,19 @@ class PartitionState:
         effects += self._maybe_expand_isr(replica_id)
         return self._fetch_answer(fetch_offset, log, effects=effects)
 
+    def on_follower_fetch_repeated(self, replica_id: int, *, at_ms: int) -> None:
+        """Leader: ``replica_id``'s fetch session (broker.replication.fetch_session) fetched this
+        partition again at ``at_ms`` from the position of its last accepted fetch, and nothing
+        changed here since (the shell calls this before the LEO moves, or with a time before it
+        moved). Kafka's leader sees that fetch in every request of a session; a session here
+        leaves the partition out, and this keeps the follower's caught-up time what Kafka's
+        would be (``ReplicaState.on_repeated_fetch``), so an append to an idle partition does not
+        find a live, caught-up follower lagging since its last real fetch."""
+        if self.is_leader:
+            state = self._followers.get(replica_id)
+            if state is not None:
+                state.on_repeated_fetch(at_ms)
+
     def _end_offset_for_epoch(self, epoch: int, log: LogView) -> tuple[int, int]:
         """KIP-279's answer, as if the log held this leader epoch from its start offset.
 

@@ -58,6 +58,18 @@ class ReplicaState:
                                                     self.last_fetch_leader_log_end_offset)
         self.last_fetch_time_ms = now_ms
 
+    def on_repeated_fetch(self, at_ms: int) -> None:
+        """The follower fetched again at ``at_ms`` from its last fetch offset, and the leader's
+        LEO had not moved since that fetch: what :meth:`on_fetch` would record for it (an
+        incremental fetch session leaves such a partition out of the request; see
+        broker.replication.fetch_session). A no-op before the first fetch or for an older time."""
+        last = self.last_fetch_time_ms
+        if last is None or at_ms <= last:
+            return
+        if self.log_end_offset >= self.last_fetch_leader_log_end_offset:
+            self.last_caught_up_time_ms = _latest(self.last_caught_up_time_ms, at_ms)
+        self.last_fetch_time_ms = at_ms
+
     def is_caught_up(
         self, *, leader_log_end_offset: int, now_ms: int, replica_lag_time_max_ms: int
     ) -> bool:

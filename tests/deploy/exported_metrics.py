@@ -15,7 +15,8 @@ node's registry (BrokerMetrics, ControllerMetrics, the group collector, register
 node, process and platform), in one fresh CollectorRegistry with no running node. Every family
 is made to have a sample so that its sample names and labels are read, not guessed: a labelled
 metric of BrokerMetrics/ControllerMetrics gets one child with placeholder values, and the group
-collector is given a snapshot with one row of each kind.
+collector and the broker's partition gauge collector are given a snapshot with one row of each
+kind.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from broker.group.metrics import GroupMetricsSnapshot, GroupRow, PartitionRow, families
-from broker.metrics import BrokerMetrics
+from broker.metrics import BrokerMetrics, PartitionGauges
 from controller.metrics import ControllerMetrics
 from tidelog.node_metrics import register_node_metrics
 
@@ -76,7 +77,12 @@ def _exported() -> tuple[_Exported, _Exported]:
 
 def _registry() -> CollectorRegistry:
     registry = CollectorRegistry()
-    for metrics in (BrokerMetrics(registry), ControllerMetrics(registry)):
+    broker = BrokerMetrics(registry)
+    # The partition gauges are computed at scrape time (broker.metrics.PartitionGaugeCollector).
+    broker.watch_partitions(lambda: PartitionGauges(
+        delayed_fetches=(("x", 0),), log_sizes=[("t", 0, 0)], high_watermark_lags=[("t", 0, 0)],
+        follower_lags=[("t", 0, 1, 0)]))
+    for metrics in (broker, ControllerMetrics(registry)):
         for value in vars(metrics).values():
             if not isinstance(value, MetricWrapperBase):
                 continue

@@ -538,7 +538,14 @@ class _EchoPlane:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def handle_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    def open_replica_fetch_session(self) -> Any:
+        class NoSession:
+            def close(self) -> None:
+                pass
+        return NoSession()
+
+    async def handle_replica_fetch(self, request: pb.FetchRequest,
+                                   session: Any = None) -> pb.FetchResponse:
         self.calls += 1
         if request.max_wait_ms:
             await asyncio.sleep(request.max_wait_ms / 1000)

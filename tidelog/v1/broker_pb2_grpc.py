@@ -1362,6 +1362,23 @@ class ReplicaServiceServicer:
         stream message instead of a unary call (about half the leader's gRPC CPU here). A timed-out
         or failed exchange closes the stream; a leader without this method answers UNIMPLEMENTED and
         the follower goes back to Fetch.
+
+        The stream is also the follower's fetch session (Kafka's incremental fetch sessions, KIP-227,
+        without session ids: the stream is the session, and closing it ends it). The first request
+        (session_epoch 0) is full: it lists every partition the follower fetches from this leader,
+        and the answer has every one of them. The leader keeps each partition's fetch position and
+        answers next_session_epoch = 1. Later requests are incremental (session_epoch = the last
+        answer's next_session_epoch): they list only the partitions whose fetch position or epochs
+        changed (or that the follower must hear about again) and the ones it no longer fetches
+        (forgotten); the others are fetched again from their last listed position. An incremental
+        answer has only the partitions with something new: records, an error, a diverging epoch, or
+        a high watermark or log start offset other than the last one answered. The leader works on
+        the partitions that are listed or that changed since (appends, high watermark, log start,
+        role, ISR, eligibility), never on every partition of the session, so an idle session costs
+        nothing per partition. A session epoch other than the expected one is answered
+        INVALID_FETCH_SESSION_EPOCH (request-level) and the leader forgets the session: the follower
+        sends a full request next. The unary Fetch keeps no session: it answers next_session_epoch
+        0, and INVALID_FETCH_SESSION_EPOCH to an incremental request.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
