@@ -122,6 +122,8 @@ class FakeCluster:
         self.slow: dict[str, list[int]] = {}
         self.calls: collections.Counter[tuple[int, str]] = collections.Counter()
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
+        #: the topics every Metadata request named, in order ([]: all topics).
+        self.metadata_requests: list[list[str]] = []
         #: every Fetch received: its (topic, partition, fetch offset) triples, in order.
         self.fetch_requests: list[list[tuple[str, int, int]]] = []
         self.producer_epochs: dict[int, int] = {}
@@ -282,6 +284,10 @@ class FakeCluster:
         """The partitions and offsets of every Fetch received so far, in order."""
         return self._on_loop(lambda: [list(f) for f in self.fetch_requests])
 
+    def metadata_topics(self) -> list[list[str]]:
+        """The topics each Metadata request received so far named, in order ([]: all)."""
+        return self._on_loop(lambda: [list(t) for t in self.metadata_requests])
+
     def count(self, rpc: str) -> int:
         return self._on_loop(lambda: sum(c for (_, name), c in self.calls.items() if name == rpc))
 
@@ -340,6 +346,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
 
     # ------------------------------------------------------------------ metadata
     async def Metadata(self, request: Any, context: Any) -> Any:
+        self.c.metadata_requests.append(list(request.topics))
         await self._enter("Metadata")
         resp = broker_pb2.MetadataResponse(cluster_id=self.c.cluster_id, controller_id=1,
                                            metadata_offset=len(self.c.topics))

@@ -61,6 +61,7 @@ def test_a_partial_response_keeps_other_topics() -> None:
 def test_leader_hint_applies_only_when_newer() -> None:
     snap = snapshot()
     tp = TopicPartition("t", 0)
+    assert snap.leader_of(tp) == 1  # remembered by this snapshot, not by the ones made from it
     stale = common_pb2.LeaderHint(leader_id=2, leader_epoch=3)
     assert snap.with_leader_hint(tp, stale) is snap
     newer = common_pb2.LeaderHint(leader_id=2, leader_epoch=5)

@@ -419,8 +419,13 @@ class RecordAccumulator(Generic[H]):
     def expire(self, now_ms: int) -> list[ProducerBatch[H]]:
         """Remove and return queued batches older than ``delivery_timeout_ms`` (to be failed)."""
         expired: list[ProducerBatch[H]] = []
+        oldest_allowed = now_ms - self.delivery_timeout_ms
         for dq in self._batches.values():
-            if not dq:
+            # Runs every sender turn over every partition: no list built unless one expires.
+            for b in dq:
+                if b.created_ms <= oldest_allowed:
+                    break
+            else:
                 continue
             keep = [b for b in dq if now_ms - b.created_ms < self.delivery_timeout_ms]
             if len(keep) != len(dq):

@@ -27,7 +27,12 @@ from tidelog.client._fetcher import (
     list_offsets,
 )
 from tidelog.client._io import Connections, IOThread, monotonic_ms
-from tidelog.client._metadata import STALE_METADATA_CODES, Backoff, MetadataManager
+from tidelog.client._metadata import (
+    STALE_METADATA_CODES,
+    Backoff,
+    ClusterSnapshot,
+    MetadataManager,
+)
 from tidelog.client.records import ConsumerRecord, TopicPartition
 from tidelog.errors import (
     ErrorCode,
@@ -84,7 +89,15 @@ class FetchManager:
         self._backoff = backoff
         self._post = post
         self._fetch_in_flight: set[int] = set()
+        #: Partitions given fetched records (in the order they came), as a set: what collect()
+        #: looks at, rather than every assigned partition. A partition whose records are gone
+        #: (returned, sought, reset, unassigned) leaves it when collect() next meets it.
+        self._buffered: dict[TopicPartition, None] = {}
         self._next_start = 0
+        #: check_unknown_topics' last look: the snapshot and assignment it saw, and the
+        #: partitions it found unknown then (only those need a look until either changes).
+        self._unknown_seen: tuple[ClusterSnapshot | None, int] = (None, -1)
+        self._unknown: set[TopicPartition] = set()
         #: A non-retriable error to raise from the next poll().
         self.pending_error: TidelogError | None = None
         self.closed = False
@@ -96,22 +109,32 @@ class FetchManager:
             self._handle_reset(event)
 
     def collect(self, limit: int) -> list[ConsumerRecord]:
+        """Up to ``limit`` records from the partitions with fetched records, starting one
+        partition further each call (none starves). Costs what it returns, not the size of the
+        assignment: only partitions in ``_buffered`` are looked at."""
         out: list[ConsumerRecord] = []
-        items = list(self._subs.partitions.items())
-        if not items:
+        buffered = self._buffered
+        if not buffered:
             return out
-        start = self._next_start % len(items)
+        tps = list(buffered)
+        start = self._next_start % len(tps)
         self._next_start += 1
-        for _tp, st in items[start:] + items[:start]:
+        partitions = self._subs.partitions
+        for tp in tps[start:] + tps[:start]:
             if len(out) >= limit:
                 break
-            if st.paused or st.records is None or not st.has_valid_position:
+            st = partitions.get(tp)
+            if st is None or st.records is None:
+                del buffered[tp]
+                continue
+            if st.paused or not st.has_valid_position:
                 continue
             assert st.position is not None
             try:
                 taken = st.records.take(st.position, limit - len(out))
             except CorruptRecordError as e:
                 st.records = None
+                del buffered[tp]
                 if out:
                     self.pending_error = e
                     return out
@@ -123,36 +146,47 @@ class FetchManager:
                 out.extend(taken)
             if st.records.exhausted:
                 st.records = None
+                del buffered[tp]
         return out
 
     def send_fetches(self) -> None:
+        """One fetch to each leader without one in flight, covering every fetchable partition
+        it leads that has no fetched records left to return. One pass over the assignment, and
+        a cheap one per partition: no leader look-up for a partition that is not fetchable."""
         snap = self._metadata.snapshot
+        in_flight = self._fetch_in_flight
+        if snap.brokers and in_flight.issuperset(snap.brokers):
+            return  # one fetch per leader: every broker has one out, nothing could be sent
         now = monotonic_ms()
+        leader_of = snap.leader_of
         by_node: dict[int, dict[TopicPartition, int]] = {}
-        buffered: set[int] = set()  # leaders of partitions with records still to return
         behind: set[int] = set()  # leaders of fetchable partitions not known to be caught up
         missing_leader = False
         for tp, st in self._subs.partitions.items():
-            if st.paused or not st.has_valid_position or st.retry_at_ms > now:
+            position = st.position
+            if (st.records is not None or position is None or st.reset_to is not None
+                    or st.paused or st.retry_at_ms > now):
                 continue
-            if st.records is not None:
-                leader = snap.leader_of(tp)
-                if leader is not None:
-                    buffered.add(leader)
-                continue
-            leader = snap.leader_of(tp)
+            leader = leader_of(tp)
             if leader is None:
                 missing_leader = True
                 continue
-            if leader not in self._fetch_in_flight:
-                assert st.position is not None
-                by_node.setdefault(leader, {})[tp] = st.position
-                if st.position < st.high_watermark or st.high_watermark < 0:
+            if leader not in in_flight:
+                parts = by_node.get(leader)
+                if parts is None:
+                    parts = by_node[leader] = {}
+                parts[tp] = position
+                if position < st.high_watermark or st.high_watermark < 0:
                     behind.add(leader)
         if missing_leader:
             self._metadata.request_update()
+        if not by_node:
+            return
+        # Leaders with records still to return: looked up only among the partitions that have
+        # some (``_buffered``), and only when a leader to fetch from is caught up.
+        buffered = self._buffered_leaders(snap, now, set(by_node) - behind)
         for node, parts in by_node.items():
-            if node in buffered and node not in behind:
+            if node in buffered:
                 # Every partition to fetch here is at its high watermark: the broker would hold
                 # the fetch for up to fetch_max_wait_ms, and with one fetch per leader the
                 # partitions of this leader still being returned could not be fetched meanwhile.
@@ -161,8 +195,26 @@ class FetchManager:
             address = snap.address_of(node)
             assert address is not None  # leader_of only names brokers with an address
             request = self._fetch_request(parts)
-            self._fetch_in_flight.add(node)
+            in_flight.add(node)
             self._io.submit(self._fetch(node, address, request, parts))
+
+    def _buffered_leaders(self, snap: ClusterSnapshot, now: int, nodes: set[int]) -> set[int]:
+        """Which of ``nodes`` lead a fetchable partition with fetched records not returned yet."""
+        found: set[int] = set()
+        if not nodes:
+            return found
+        partitions = self._subs.partitions
+        for tp in self._buffered:
+            st = partitions.get(tp)
+            if (st is None or st.records is None or st.paused or not st.has_valid_position
+                    or st.retry_at_ms > now):
+                continue
+            leader = snap.leader_of(tp)
+            if leader in nodes:
+                found.add(leader)
+                if len(found) == len(nodes):
+                    break
+        return found
 
     def _fetch_request(self, parts: dict[TopicPartition, int]) -> broker_pb2.FetchRequest:
         request = broker_pb2.FetchRequest(
@@ -237,6 +289,7 @@ class FetchManager:
             st.log_start_offset = p.log_start_offset
             if p.batches:
                 st.records = PartitionRecords(tp, offset, list(p.batches))
+                self._buffered[tp] = None
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if self._reset is None:
                 self.pending_error = self.pending_error or NoOffsetForPartitionError(
@@ -261,6 +314,8 @@ class FetchManager:
         wanted: dict[TopicPartition, int] = {}
         missing: dict[TopicPartition, int] = {}
         for tp, st in self._subs.partitions.items():
+            if st.position is not None and st.reset_to is None:
+                continue  # the common case, first: a position and no reset pending
             if st.reset_in_flight or st.retry_at_ms > now or st.awaiting_committed:
                 continue
             if st.position is None and st.reset_to is None:
@@ -319,12 +374,25 @@ class FetchManager:
         hence the grace)."""
         snap = self._metadata.snapshot
         now = monotonic_ms()
-        for tp, st in self._subs.partitions.items():
+        seen_snap, seen_version = self._unknown_seen
+        if snap is seen_snap and self._subs.version == seen_version:
+            # Neither the metadata nor the assignment changed since the last look: only the
+            # partitions unknown then can be unknown now (poll() costs O(assignment) otherwise).
+            if not self._unknown:
+                return
+            candidates = [(tp, st) for tp in list(self._unknown)
+                          if (st := self._subs.partitions.get(tp)) is not None]
+        else:
+            candidates = list(self._subs.partitions.items())
+            self._unknown_seen = (snap, self._subs.version)
+        self._unknown = set()
+        for tp, st in candidates:
             info = snap.topics.get(tp.topic)
             unknown = info is not None and (not info.exists or tp.partition >= len(info.partitions))
             if not unknown:
                 st.unknown_since_ms = None
                 continue
+            self._unknown.add(tp)
             if st.unknown_since_ms is None:
                 st.unknown_since_ms = now
                 self._metadata.request_update()

@@ -194,24 +194,30 @@ class SubscriptionState:
 
     def __init__(self) -> None:
         self.partitions: dict[TopicPartition, PartitionState] = {}
+        #: Changes whenever partitions are assigned, added or removed (what per-poll checks
+        #: remember their last answer against).
+        self.version = 0
 
     def assign(self, tps: list[TopicPartition], *, committed_first: bool = False) -> None:
         """Replace the assignment; partitions kept keep their state. New ones start from the
         group's committed offset when ``committed_first`` (a consumer with a group id)."""
         self.partitions = {tp: self.partitions.get(tp)
                            or PartitionState(awaiting_committed=committed_first) for tp in tps}
+        self.version += 1
 
     def add(self, tps: list[TopicPartition]) -> None:
         """A group gave these partitions: they start from the group's committed offsets."""
         for tp in tps:
             if tp not in self.partitions:
                 self.partitions[tp] = PartitionState(awaiting_committed=True)
+        self.version += 1
 
     def remove(self, tps: list[TopicPartition]) -> None:
         """Revoked or lost: their state goes, and with it any fetched records not returned
         (they must never be returned after the revocation)."""
         for tp in tps:
             self.partitions.pop(tp, None)
+        self.version += 1
 
     def awaiting_committed(self) -> list[TopicPartition]:
         """Partitions whose committed offset is wanted and not being fetched."""

@@ -142,8 +142,7 @@ class GroupMember:
             self.revoke(set(step.revoked))
         if step.assigned:
             self._subs.add(sorted(step.assigned))
-            if self._metadata.add_topics(tp.topic for tp in step.assigned):
-                self._metadata.request_update()
+            self._metadata.add_topics(tp.topic for tp in step.assigned)  # fetched at once
         self._callback(self.listener.on_partitions_assigned, set(step.assigned))
 
     def revoke(self, revoked: set[TopicPartition]) -> None:

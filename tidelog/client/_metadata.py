@@ -2,12 +2,23 @@
 
 ``ClusterSnapshot`` is an immutable picture built from a MetadataResponse; readers on any thread
 take ``MetadataManager.snapshot`` and use it without locks, and updates replace it whole. A
-refresh happens when a client asks (a topic it needs, an error that means "your metadata is
-stale": NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH...), when the
-snapshot is older than ``metadata_max_age_ms``, and never more often than the backoff allows:
-``retry_backoff_ms`` growing exponentially with jitter to ``retry_backoff_max_ms`` while refreshes
-fail (Kafka's ExponentialBackoff). A refresh asks the known brokers in turn, then the bootstrap
-list, until one answers.
+refresh asks the known brokers in turn, then the bootstrap list, until one answers. It happens:
+
+* for topics the client has not asked about yet (``add_topics``: a producer's first send to a
+  topic, a consumer's assignment): at once, unless the last attempt failed. Such a refresh names
+  only the new topics and its answer is merged in (Kafka's partial update, KIP-526); topics added
+  while one is in flight go together in the next one, sent as soon as it ends. No startup
+  refresh: a client that tracks no topic fetches nothing until it needs something.
+* when an error says "your metadata is stale" (NOT_LEADER_OR_FOLLOWER,
+  UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH...: ``request_update``), or the snapshot is
+  older than ``metadata_max_age_ms``: a full refresh of every tracked topic, at least
+  ``retry_backoff_ms`` after the previous attempt (Kafka's refresh backoff), so errors that keep
+  asking cannot become a request storm;
+* after a failed attempt, whatever the reason, only once its backoff has passed:
+  ``retry_backoff_ms`` growing exponentially with jitter to ``retry_backoff_max_ms`` (Kafka's
+  ExponentialBackoff).
+
+Waiters (``wait_for_topic``) wake when an attempt ends, not after a fixed sleep.
 
 A refresh that fails with anything but a TidelogError (a bug, an answer the client cannot read)
 is logged with its traceback and handed to the failure listeners (the producer's sender stops
@@ -20,6 +31,7 @@ waiting for the refresh, when its leader epoch is newer than the one we hold.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -72,6 +84,8 @@ REFRESH_ADDRESSES_MAX = 16
 
 
 _ERROR_NONE = int(ErrorCode.NONE)
+#: Not looked up yet (ClusterSnapshot.leader_of's cache: None is an answer).
+_UNKNOWN: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +155,10 @@ class ClusterSnapshot:
     #: available_partitions per topic, computed once per snapshot (send() asks for every record).
     _available: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False,
                                              compare=False)
+    #: leader_of per partition, computed once per snapshot: the sender and the consumer ask it
+    #: for every partition with data on each turn or poll (10,000 partitions: 10,000 times).
+    _leaders: dict[TopicPartition, int | None] = field(default_factory=dict, init=False,
+                                                       repr=False, compare=False)
 
     @classmethod
     def from_response(
@@ -187,10 +205,15 @@ class ClusterSnapshot:
 
     def leader_of(self, tp: TopicPartition) -> int | None:
         """The partition's leader if it has one whose address we know, else None."""
+        leaders = self._leaders
+        found: int | None = leaders.get(tp, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found
         info = self.partition(tp)
-        if info is None or info.leader < 0 or info.leader not in self.brokers:
-            return None
-        return info.leader
+        leader = None if info is None or info.leader < 0 or info.leader not in self.brokers else (
+            info.leader)
+        leaders[tp] = leader  # the same answer whichever thread stores it
+        return leader
 
     def leader_epoch(self, tp: TopicPartition) -> int:
         info = self.partition(tp)
@@ -262,15 +285,26 @@ class MetadataManager:
         self._backoff = Backoff(retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self._max_age_ms = metadata_max_age_ms
         self._rng = rng or random.Random()
-        # Copy-on-write so other threads can add topics while the loop iterates the old set.
-        self._topics: frozenset[str] = frozenset()
+        # Added from any thread under the lock; the loop copies them when it builds a request.
+        self._topics: set[str] = set()
+        #: Tracked topics no answer has covered yet: a refresh for them goes out at once.
+        self._new_topics: set[str] = set()
+        #: Topics whose answer did not do (not created yet, too few partitions): asked again,
+        #: alone, after the refresh backoff.
+        self._recheck_topics: set[str] = set()
         self._topics_lock = threading.Lock()
         self._all_topics = False
         self._failures = 0
         self._last_attempt_ms = -(10**12)
         self._refresh: asyncio.Task[ClusterSnapshot] | None = None
+        #: A full refresh (every tracked topic) is wanted: stale metadata, or the snapshot's age.
         self._update_wanted = False
         self._background: asyncio.Task[None] | None = None
+        #: Set (on the loop) when new topics arrive, to cut the background task's wait short.
+        self._kick = asyncio.Event()
+        #: Done when the refresh attempt in flight (or the next one) ends: its result None, or
+        #: the exception it met that was not a TidelogError (a bug: waiters raise it).
+        self._attempt_end: asyncio.Future[None] | None = None
         self._next_address = 0
         self._listeners: list[Callable[[], None]] = []
         self._failure_listeners: list[Callable[[BaseException], None]] = []
@@ -279,11 +313,16 @@ class MetadataManager:
 
     # ------------------------------------------------------------------ any thread
     def add_topics(self, topics: Iterable[str]) -> bool:
-        """Track these topics from now on; True when one was new (then refresh)."""
+        """Track these topics from now on; True when one was new. New topics are fetched at
+        once (unless the last attempt failed: then after its backoff), in one request with any
+        other new topics, or in the next one when a refresh is in flight."""
         with self._topics_lock:
-            new = frozenset(topics) - self._topics
+            new = set(topics) - self._topics
             if new:
-                self._topics = self._topics | new
+                self._topics |= new
+                self._new_topics |= new
+        if new:
+            self._loop.call_soon_threadsafe(self._on_new_topics)
         return bool(new)
 
     def set_all_topics(self, value: bool) -> None:
@@ -299,7 +338,7 @@ class MetadataManager:
         self._failure_listeners.append(callback)
 
     def request_update(self) -> None:
-        """Ask for a refresh as soon as the backoff allows (thread-safe, never blocks)."""
+        """Ask for a full refresh as soon as the backoff allows (thread-safe, never blocks)."""
         self._update_wanted = True
         self._loop.call_soon_threadsafe(self._ensure_background)
 
@@ -312,15 +351,32 @@ class MetadataManager:
         self.snapshot = self.snapshot.with_leader_hint(tp, hint)
 
     def maybe_expire(self, now_ms: int) -> None:
-        """Refresh when the snapshot is older than ``metadata_max_age_ms``."""
-        if now_ms - self.snapshot.updated_ms >= self._max_age_ms:
+        """Refresh when the snapshot is older than ``metadata_max_age_ms``. Nothing before the
+        first answer: until then there is nothing to expire, and a refresh is under way when a
+        topic is wanted (a full one now would ask for every topic of the cluster)."""
+        updated = self.snapshot.updated_ms
+        if updated >= 0 and now_ms - updated >= self._max_age_ms:
             self.request_update()
 
     def next_refresh_delay_ms(self, now_ms: int) -> int:
-        # Even after a success, refreshes are at least retry_backoff_ms apart (Kafka's
-        # refreshBackoff): errors that keep asking for one must not turn into a request storm.
-        wait = max(self._backoff.initial_ms, self._backoff.delay_ms(self._failures, self._rng))
+        """How long the next refresh must wait: after a failed attempt its backoff; else none
+        for topics never asked about; else (stale metadata, age) ``retry_backoff_ms`` after the
+        last attempt (Kafka's refresh backoff: errors that keep asking for one must not turn
+        into a request storm)."""
+        if self._failures:
+            wait = max(self._backoff.initial_ms, self._backoff.delay_ms(self._failures, self._rng))
+        elif self._new_topics:
+            return 0
+        else:
+            wait = self._backoff.initial_ms
         return max(0, self._last_attempt_ms + wait - now_ms)
+
+    def _wanted(self) -> bool:
+        return self._update_wanted or bool(self._new_topics) or bool(self._recheck_topics)
+
+    def _on_new_topics(self) -> None:
+        self._kick.set()
+        self._ensure_background()
 
     def _ensure_background(self) -> None:
         if self._closed or (self._background is not None and not self._background.done()):
@@ -328,12 +384,15 @@ class MetadataManager:
         self._background = self._loop.create_task(self._background_refresh())
 
     async def _background_refresh(self) -> None:
-        # Bounded: each round either succeeds (and clears the wish) or waits out the backoff,
-        # which is at least retry_backoff_ms; it stops when no refresh is wanted or on close.
-        while self._update_wanted and not self._closed:
+        # Bounded: each round refreshes or waits out the delay (cut short only by new topics,
+        # each name once); it stops when no refresh is wanted or on close.
+        while self._wanted() and not self._closed:
             delay = self.next_refresh_delay_ms(monotonic_ms())
             if delay > 0:
-                await asyncio.sleep(delay / 1000)
+                self._kick.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), delay / 1000)
+                continue
             try:
                 await self.refresh()
             except TidelogError as e:
@@ -357,10 +416,37 @@ class MetadataManager:
         return ordered[start:] + ordered[:start]
 
     async def _do_refresh(self) -> ClusterSnapshot:
+        bug: Exception | None = None
+        try:
+            return await self._attempt()
+        except TidelogError:
+            raise
+        except Exception as e:
+            bug = e
+            raise
+        finally:
+            end, self._attempt_end = self._attempt_end, None
+            if end is not None and not end.done():
+                if bug is None:
+                    end.set_result(None)
+                else:
+                    end.set_exception(bug)
+
+    async def _attempt(self) -> ClusterSnapshot:
         self._last_attempt_ms = monotonic_ms()
+        full = self._update_wanted or self._all_topics
         self._update_wanted = False
-        topics = sorted(self._topics)
-        all_topics = self._all_topics or not topics
+        with self._topics_lock:
+            asked = frozenset(self._new_topics | self._recheck_topics)
+            tracked = sorted(self._topics)
+        if full or not asked:
+            topics = tracked
+            all_topics = self._all_topics or not topics
+            partial = False
+        else:  # only the topics waited for: the answer is merged into what we hold
+            topics = sorted(asked)
+            all_topics = False
+            partial = True
         request = broker_pb2.MetadataRequest(topics=[] if all_topics else topics)
         last: TidelogError | None = None
         addresses = self._addresses()
@@ -375,9 +461,17 @@ class MetadataManager:
                     break  # the credentials are the cluster's: another broker refuses them too
                 continue
             try:
+                previous = self.snapshot
+                # A partial answer does not make the other topics any fresher: it keeps the
+                # snapshot's age (metadata_max_age_ms), unless nothing was fetched before.
+                updated = (previous.updated_ms if partial and previous.updated_ms >= 0
+                           else monotonic_ms())
                 self.snapshot = ClusterSnapshot.from_response(
-                    resp, now_ms=monotonic_ms(), previous=self.snapshot, all_topics=all_topics
+                    resp, now_ms=updated, previous=previous, all_topics=all_topics
                 )
+                with self._topics_lock:
+                    self._new_topics -= asked
+                    self._recheck_topics -= asked
                 self._failures = 0
                 self.last_error = None
                 for callback in self._listeners:
@@ -387,7 +481,8 @@ class MetadataManager:
                 raise
             return self.snapshot
         self._failures += 1
-        self._update_wanted = True
+        if not partial:
+            self._update_wanted = True  # (the topics of a partial one stay wanted)
         assert last is not None  # narrowing: the loop ran at least once, each time failing
         self.last_error = NetworkError(
             f"no broker answered a metadata request (tried {', '.join(addresses)}); "
@@ -443,10 +538,12 @@ class MetadataManager:
         self, topic: str, *, min_partitions: int, deadline_ms: int
     ) -> TopicInfo:
         """Metadata for ``topic`` with more than ``min_partitions - 1`` partitions, refreshing
-        with backoff until ``deadline_ms``. Raises the topic's error if it is not retriable (an
-        invalid name), the brokers' refusal of the client's credentials at once
-        (SaslAuthenticationFailedError), else UnknownTopicOrPartitionError / NetworkError at the
-        deadline."""
+        until ``deadline_ms``: a topic not asked about yet is fetched at once (one round trip),
+        one whose answer did not do (not created yet, too few partitions) again after the
+        refresh backoff. Each wait ends with a refresh attempt. Raises the topic's error if it
+        is not retriable (an invalid name), the brokers' refusal of the client's credentials at
+        once (SaslAuthenticationFailedError), else UnknownTopicOrPartitionError / NetworkError
+        at the deadline. Loop only."""
         self.add_topics([topic])
         while True:
             info = self.snapshot.topics.get(topic)
@@ -462,16 +559,24 @@ class MetadataManager:
             now = monotonic_ms()
             if now >= deadline_ms:
                 raise self._missing(topic, info, min_partitions)
-            delay = self.next_refresh_delay_ms(now)
-            if delay:
-                await asyncio.sleep(min(delay, deadline_ms - now) / 1000)
-                continue
-            try:
-                await asyncio.wait_for(self.refresh(), max(deadline_ms - now, 1) / 1000)
-            except AUTHENTICATION_ERRORS:
-                raise  # refused credentials: waiting out the deadline would not help
-            except (TidelogError, TimeoutError):
-                continue
+            if self._closed:
+                raise NetworkError(f"the client was closed while waiting for topic {topic!r}")
+            with self._topics_lock:
+                if topic not in self._new_topics:  # an answer came and did not do: ask again
+                    self._recheck_topics.add(topic)
+            self._ensure_background()
+            await self._attempt_ended(deadline_ms - now)
+
+    async def _attempt_ended(self, timeout_ms: int) -> None:
+        """Wait until the refresh attempt in flight, or the next one, ends (or ``timeout_ms``);
+        raise what it met if that was not a TidelogError (an answer the client cannot handle,
+        logged already) rather than wait out the deadline."""
+        end = self._attempt_end
+        if end is None:
+            end = self._attempt_end = self._loop.create_future()
+            end.add_done_callback(_consume_outcome)  # a waiter that gave up does not read it
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(end), max(timeout_ms, 1) / 1000)
 
     def _missing(self, topic: str, info: TopicInfo | None, min_partitions: int) -> TidelogError:
         if info is None:
@@ -490,9 +595,12 @@ class MetadataManager:
         for task in (self._background, self._refresh):
             if task is not None and not task.done():
                 task.cancel()
+        end, self._attempt_end = self._attempt_end, None
+        if end is not None and not end.done():
+            end.set_result(None)  # waiters look again and meet their deadline
 
 
-def _consume_outcome(task: asyncio.Task[Any]) -> None:
+def _consume_outcome(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
 

@@ -211,8 +211,7 @@ class Consumer:
                 raise ValueError(f"partition ids are non-negative ints, got {tp.partition!r}")
         self._subs.assign(list(dict.fromkeys(tps)), committed_first=self._group is not None)
         self._mode = "assigned" if tps else "none"
-        if self._metadata.add_topics(tp.topic for tp in tps):
-            self._metadata.request_update()
+        self._metadata.add_topics(tp.topic for tp in tps)  # new ones are fetched at once
 
     def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
                   listener: ConsumerRebalanceListener | None = None) -> None:
@@ -233,8 +232,7 @@ class Consumer:
         with group.coordinator.lock:
             group.coordinator.membership.subscribe(names, pattern or "", monotonic_ms())
         self._mode = "subscribed"
-        if self._metadata.add_topics(names):
-            self._metadata.request_update()
+        self._metadata.add_topics(names)  # new ones are fetched at once
         group.coordinator.wake()
 
     def subscription(self) -> set[str]:

@@ -451,8 +451,6 @@ class Producer:
         wanted = 1 if partition is None else partition + 1
         if count is not None and count >= wanted:
             return count
-        if self._metadata.add_topics([topic]):
-            self._metadata.request_update()
         info = self._io.run(
             self._metadata.wait_for_topic(topic, min_partitions=wanted, deadline_ms=deadline_ms),
             self._max_block_ms / 1000,
