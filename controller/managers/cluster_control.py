@@ -218,7 +218,9 @@ class ClusterControlManager:
             broker_id=registration.broker_id, broker_epoch=registration.broker_epoch,
             in_controlled_shutdown=True,
         ))]
-        records.extend(self._replication.move_leadership_away(image, registration.broker_id))
+        # A broker in many ISRs moves in parts, one per heartbeat (_continue_controlled_shutdown).
+        records.extend(self._replication.move_leadership_away(
+            image, registration.broker_id, limit=FENCE_CHANGES_PER_BATCH_MAX))
         self._heartbeats.set_controlled_shutdown_offset(
             registration.broker_id, image.offset + len(records)
         )
@@ -231,7 +233,8 @@ class ClusterControlManager:
         response: controller_pb2.BrokerHeartbeatResponse,
     ) -> tuple[Records, controller_pb2.BrokerHeartbeatResponse]:
         broker_id = request.broker_id
-        moves = self._replication.move_leadership_away(image, broker_id)
+        moves = self._replication.move_leadership_away(image, broker_id,
+                                                       limit=FENCE_CHANGES_PER_BATCH_MAX)
         if moves:
             # Leadership came back somehow (it cannot today: the broker is not eligible);
             # move it again and wait for the broker to apply that.
@@ -249,9 +252,8 @@ class ClusterControlManager:
     def fence_records(self, image: MetadataImage, broker_id: int) -> Records:
         """Fence an unfenced broker: its FenceBrokerRecord, then its ISR and leader changes.
 
-        A broker in more ISRs than one metadata batch holds changes of
-        (FENCE_CHANGES_PER_BATCH_MAX: at ~31 bytes a change, 1 MiB holds about 33,000) gets
-        the first part of its changes only, without the fence: the next call, on the image
+        A broker in more ISRs than FENCE_CHANGES_PER_BATCH_MAX gets the first part of its
+        changes only (leaderships first), without the fence: the next call, on the image
         with those applied, continues, and the last part carries the FenceBrokerRecord. As in
         Kafka, fencing is not atomic; until the last part commits the broker is just a broker
         that leads less, as during a controlled shutdown."""
@@ -259,7 +261,8 @@ class ClusterControlManager:
         assert registration is not None
         if registration.fenced:
             raise InvariantViolation(f"broker {broker_id} is already fenced")
-        changes = self._replication.move_leadership_away(image, broker_id)
+        changes = self._replication.move_leadership_away(
+            image, broker_id, limit=FENCE_CHANGES_PER_BATCH_MAX + 1)
         if len(changes) > FENCE_CHANGES_PER_BATCH_MAX:
             return list(changes[:FENCE_CHANGES_PER_BATCH_MAX])
         records = [metadata_record(metadata_pb2.FenceBrokerRecord(

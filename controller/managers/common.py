@@ -46,11 +46,14 @@ ACL_FILTERS_PER_REQUEST_MAX = 1000
 ENDPOINT_TEXT_LENGTH_MAX = 255
 #: A fencing tick stops adding brokers to its batch past this many records; the rest are fenced
 #: on the next tick (Kafka fences one broker per event for the same reason: bounded batches).
-FENCE_BATCH_RECORDS_SOFT_MAX = 10_000
-#: Partition changes of one broker's fencing in one batch; beyond it the fencing is split over
-#: several batches (ClusterControlManager.fence_records). A PartitionChangeRecord that drops a
-#: broker from an ISR of three is about 31 bytes (measured), so this stays under 1 MiB.
-FENCE_CHANGES_PER_BATCH_MAX = 15_000
+FENCE_BATCH_RECORDS_SOFT_MAX = 2_000
+#: Partition changes of one broker's fencing (or controlled-shutdown step) in one batch; beyond
+#: it the work is split over several batches (ClusterControlManager.fence_records). Not the
+#: 1 MiB batch limit decides, but replay time: every controller replays a batch on its Raft
+#: thread (~43 µs a change, measured), and a 15,000-change batch (0.65 s) stalled the Raft
+#: heartbeats past the election timeout, so each fencing at 30,000 partitions set off
+#: elections (measured: kill -9 to leaderships moved 17 s). 2,000 changes replay in ~0.1 s.
+FENCE_CHANGES_PER_BATCH_MAX = 2_000
 
 check(
     TOPICS_PER_REQUEST_MAX <= limits.PARTITIONS_PER_REQUEST_MAX,

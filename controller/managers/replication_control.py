@@ -422,29 +422,36 @@ class ReplicationControlManager:
 
     # --- broker lifecycle consequences --------------------------------------------------------
 
-    def move_leadership_away(self, image: MetadataImage, broker_id: int) -> Records:
+    def move_leadership_away(self, image: MetadataImage, broker_id: int,
+                             limit: int | None = None) -> Records:
         """Records taking ``broker_id`` out of every ISR (but a last member) and leadership.
 
         Used when the broker is fenced, enters controlled shutdown, or re-registers with a new
         incarnation: each of its partitions gets a new leader from ISR ∩ active brokers, or
-        goes offline keeping the broker as its last ISR member.
+        goes offline keeping the broker as its last ISR member. The partitions it leads come
+        first (they are unavailable until moved); with ``limit``, at most that many records, so
+        a caller can spread the work over batches (the next call continues where the image
+        now stands).
         """
         def eligible(b: int) -> bool:
             return b != broker_id and image.cluster.is_active(b)
 
         records: Records = []
         unclean = _UncleanLookup(image)
-        for topic, partition_id, partition in image.topics.iter_partitions():
-            if broker_id not in partition.isr:
-                continue
-            change = build_partition_change(
-                topic.topic_id, partition_id, partition,
-                is_eligible=eligible,
-                unclean_allowed=unclean(topic.name),
-                target_isr=without_broker(partition.isr, broker_id),
-            )
-            if change is not None:
-                records.append(metadata_record(change))
+        for leading in (True, False):
+            for topic, partition_id, partition in image.topics.iter_partitions():
+                if broker_id not in partition.isr or (partition.leader == broker_id) != leading:
+                    continue
+                change = build_partition_change(
+                    topic.topic_id, partition_id, partition,
+                    is_eligible=eligible,
+                    unclean_allowed=unclean(topic.name),
+                    target_isr=without_broker(partition.isr, broker_id),
+                )
+                if change is not None:
+                    records.append(metadata_record(change))
+                    if limit is not None and len(records) >= limit:
+                        return records
         return records
 
     def elect_leaders_on_unfence(self, image: MetadataImage, broker_id: int) -> Records:
