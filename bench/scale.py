@@ -236,7 +236,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_count": os.cpu_count(), "python": platform.python_version(),
         "load_avg_at_start": os.getloadavg()}}
     with tempfile.TemporaryDirectory(prefix="tidelog-scale-") as tmp:
-        cluster = LocalCluster.create(tmp, controllers=3, brokers=3)
+        base = args.dir or tmp  # --dir keeps the nodes' logs and data for a look afterwards
+        cluster = LocalCluster.create(base, controllers=3, brokers=3)
         meta = Metadata(cluster)
         try:
             cluster.start_all()
@@ -316,6 +317,8 @@ def main() -> None:
     parser.add_argument("--spread-partitions", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="length of the produce-spread phase")
+    parser.add_argument("--dir", default="",
+                        help="cluster directory to keep (default: a temporary one, removed)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="longest wait of any phase, in seconds")
     args = parser.parse_args()

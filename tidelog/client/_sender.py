@@ -28,6 +28,7 @@ raise that error. Nothing is left pending, so no ``flush()`` waits forever.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -296,6 +297,12 @@ class Sender:
         #: Batches in flight per partition (``_sent`` by partition): a partition with one holds
         #: its next batch until it is full or the response comes (the accumulator's ``ready``).
         self._sent_per_tp: dict[TopicPartition, int] = {}
+        #: Per partition, the batches sent and not yet delivered, in first-send order, and the
+        #: outcomes of those that finished ahead of an earlier one (see _finish).
+        self._delivery_order: dict[TopicPartition, collections.deque[
+            ProducerBatch[BatchResult]]] = {}
+        self._outcomes: dict[ProducerBatch[BatchResult],
+                             tuple[TopicPartition | None, int, int, TidelogError | None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._forced = False
@@ -398,6 +405,12 @@ class Sender:
                 log.exception("failing %s after the sender failed", batch.tp)
                 with contextlib.suppress(BaseException):
                     batch.result.complete(None, -1, -1, failure)
+        # Whatever still waits for an earlier batch of its partition is delivered now.
+        waiting, self._delivery_order = self._delivery_order, {}
+        for order in waiting.values():
+            for batch in order:
+                with contextlib.suppress(BaseException):
+                    batch.result.complete(None, -1, -1, failure)
         with contextlib.suppress(BaseException):
             self._cancel_tasks()
 
@@ -495,6 +508,9 @@ class Sender:
                 self._sent.update(batches)  # first: should a step below raise, crash fails them
                 for batch in batches:
                     in_flight[batch.tp] = in_flight.get(batch.tp, 0) + 1
+                    if batch.attempts <= 1:  # a retry keeps its place
+                        self._delivery_order.setdefault(batch.tp, collections.deque()).append(
+                            batch)
             for batches in drained.values():
                 for batch in batches:
                     self._idem.on_drain(batch)
@@ -738,18 +754,39 @@ class Sender:
         self._idem.on_acked(batch)
         self._unsend(batch)
         known = base_offset >= 0 and self._cfg.acks != 0
-        try:
-            batch.result.complete(batch.tp, base_offset if known else -1, log_append_time_ms,
-                                  None)
-        finally:  # a callback raised past complete(): the memory is still given back
-            self._release(batch)
+        self._finish(batch, (batch.tp, base_offset if known else -1, log_append_time_ms, None))
 
     def _fail(self, batch: ProducerBatch[BatchResult], error: TidelogError) -> None:
         self._idem.on_response(batch)
         self._unsend(batch)
+        self._finish(batch, (None, -1, -1, error))
+
+    def _finish(self, batch: ProducerBatch[BatchResult],
+                outcome: tuple[TopicPartition | None, int, int, TidelogError | None]) -> None:
+        """Deliver ``outcome`` to the batch's records, in send order per partition (Kafka's
+        promise: callbacks of one partition's records run in the order they were sent). Answers
+        of several requests in flight to one partition can be handled out of order (acks=all
+        answers come as the HW passes them), so a batch that finishes ahead of an earlier one
+        of its partition waits for it; a batch never sent (expired, aborted) queues behind the
+        partition's batches in flight, if any."""
+        order = self._delivery_order.get(batch.tp)
+        if order is None:
+            self._deliver(batch, outcome)
+            return
+        if batch not in self._outcomes and batch not in order:
+            order.append(batch)
+        self._outcomes[batch] = outcome
+        while order and order[0] in self._outcomes:
+            head = order.popleft()
+            self._deliver(head, self._outcomes.pop(head))
+        if not order:
+            del self._delivery_order[batch.tp]
+
+    def _deliver(self, batch: ProducerBatch[BatchResult],
+                 outcome: tuple[TopicPartition | None, int, int, TidelogError | None]) -> None:
         try:
-            batch.result.complete(None, -1, -1, error)
-        finally:
+            batch.result.complete(*outcome)
+        finally:  # a callback raised past complete(): the memory is still given back
             self._release(batch)
 
     def _release(self, batch: ProducerBatch[BatchResult]) -> None:
