@@ -2,8 +2,9 @@
 
 A leader's :class:`~broker.replication.partition_state.PartitionState` proposes ISR changes
 (``ProposeIsr`` effects); the replica manager hands them to :meth:`AlterPartitionManager.submit`.
-One task sends them: at most one AlterPartition request in flight, carrying every pending
-proposal (the latest per partition), answered back to each partition through
+One task sends them: at most one AlterPartition request in flight, carrying the pending
+proposals (the latest per partition; at most ALTER_PARTITION_ITEMS_MAX of them, the rest in the
+next request at once), answered back to each partition through
 ``Partition.on_alter_partition_response``. A failed send (the controller unreachable, or a
 request-level error) backs off, doubling from ALTER_PARTITION_BACKOFF_MS up to
 ALTER_PARTITION_BACKOFF_MAX_MS; the partitions whose core asks for the very same proposal
@@ -27,13 +28,18 @@ from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
 __all__ = ["ALTER_PARTITION_BACKOFF_MAX_MS", "ALTER_PARTITION_BACKOFF_MS",
-           "AlterPartitionManager"]
+           "ALTER_PARTITION_ITEMS_MAX", "AlterPartitionManager"]
 
 log = logging.getLogger("tidelog.broker.replica_manager")
 
 #: AlterPartition retry pause after a failed send: doubles up to the max.
 ALTER_PARTITION_BACKOFF_MS = 50
 ALTER_PARTITION_BACKOFF_MAX_MS = 2_000
+#: Partitions in one AlterPartition request. Each becomes a PartitionChangeRecord in one metadata
+#: batch, which every controller replays on its Raft thread (~43 µs each): one request for the
+#: ISRs expanding after 10,000-partition topics were created on a 100,000-partition cluster made
+#: a 1.8 MB batch the quorum refuses, and the broker resent it for ever. Kafka has no such bound.
+ALTER_PARTITION_ITEMS_MAX = 2_000
 
 check(
     ALTER_PARTITION_BACKOFF_MS < ALTER_PARTITION_BACKOFF_MAX_MS,
@@ -77,7 +83,12 @@ class AlterPartitionManager:
             self._wake.clear()
             if backoff_ms:
                 await asyncio.sleep(backoff_ms / 1000)
-            batch, self._pending = self._pending, {}
+            if len(self._pending) <= ALTER_PARTITION_ITEMS_MAX:
+                batch, self._pending = self._pending, {}
+            else:  # the oldest first; the rest go in the next request, without waiting
+                keys = list(self._pending)[:ALTER_PARTITION_ITEMS_MAX]
+                batch = {key: self._pending.pop(key) for key in keys}
+                self._wake.set()
             if not batch:
                 continue
             try:
