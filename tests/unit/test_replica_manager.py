@@ -79,6 +79,9 @@ class Network:
     def __init__(self) -> None:
         self.managers: dict[int, ReplicaManager] = {}
         self.cut: set[int] = set()
+        # Fetches a leader is handling (parked or not): after a cut, a test waits for 0 so that
+        # no fetch sent before the cut can still move a follower's position at its leader.
+        self.in_flight = 0
 
     def transport(self, source: int) -> _Transport:
         return _Transport(self, source)
@@ -97,7 +100,11 @@ class _Transport:
             await asyncio.sleep(0.01)
             raise NetworkError(f"broker {leader_id} unreachable from {self.source}")
         wire = pb.FetchRequest.FromString(request.SerializeToString())
-        answer = await asyncio.wait_for(handle_replica_fetch(leader, wire), timeout_s)
+        network.in_flight += 1
+        try:
+            answer = await asyncio.wait_for(handle_replica_fetch(leader, wire), timeout_s)
+        finally:
+            network.in_flight -= 1
         if {self.source, leader_id} & network.cut:
             raise NetworkError("cut while the fetch was in flight")
         return pb.FetchResponse.FromString(answer.SerializeToString())
