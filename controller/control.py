@@ -489,10 +489,15 @@ class ControllerLogic:
 
     def maybe_fence_stale_brokers(self, now_ms: int) -> ControllerResult[None]:
         """Periodic tick: fence brokers silent for longer than broker.session.timeout.ms, with
-        their leader and ISR changes, in one batch (no records when there is nothing to do)."""
+        their leader and ISR changes, in one batch (no records when there is nothing to do).
+        A tick with nobody to fence continues the changes that did not fit in the batch of a
+        registration or an unfencing (ClusterControlManager.continue_unsettled)."""
         if not self._active:
             return ControllerResult((), None, self.next_offset, self._committed.offset)
-        return self._propose(self._cluster.fence_stale_brokers(self._image, now_ms), None)
+        records = self._cluster.fence_stale_brokers(self._image, now_ms)
+        if not records:
+            records = self._cluster.continue_unsettled(self._image)
+        return self._propose(records, None)
 
     def start_broker_probes(
         self, now_ms: int, *, silent_ms: int, stream_ended: Iterable[int] = (), limit: int

@@ -8,10 +8,14 @@ A broker's life, as in Kafka's KRaft:
    DUPLICATE_BROKER_REGISTRATION while the old one is unfenced, not shutting down and its session
    is live; otherwise it replaces the
    old registration, and the old incarnation's leaderships and ISR memberships go in the same
-   batch (it may have crashed with unflushed data).
+   batch (it may have crashed with unflushed data); when there are more of them than a batch
+   holds, the rest follow on the periodic tick, and the broker stays fenced until they are done
+   (``continue_unsettled``).
 2. **Heartbeat** every couple of seconds with the metadata offset it has applied. Once that
    offset reaches its own registration record (Kafka's "caught up" rule), it is *unfenced*, and
-   offline partitions it can lead get it as leader in the same batch.
+   offline partitions it can lead get it as leader in the same batch (the first
+   FENCE_CHANGES_PER_BATCH_MAX of them; after a whole-cluster restart there can be 100,000,
+   and the rest follow on the periodic tick).
 3. Without a heartbeat for ``broker.session.timeout.ms`` it is **fenced** by the periodic tick:
    it leaves every ISR (except as a last member) and loses every leadership, in one batch.
 4. **Controlled shutdown** (want_shutdown): it is marked in_controlled_shutdown and its
@@ -87,6 +91,11 @@ class ClusterControlManager:
         self._cluster_id = cluster_id
         self._heartbeats = heartbeats
         self._replication = replication
+        # Brokers whose leadership changes did not fit in one batch: a re-registered (fenced)
+        # broker still in ISRs, or an unfenced one with offline partitions left to lead. Soft
+        # state: a new active controller starts with every broker in it (on_become_active), so
+        # a fenced broker is never unfenced with leaderships of its old incarnation left.
+        self._unsettled: set[int] = set()
 
     @property
     def heartbeats(self) -> BrokerHeartbeatTracker:
@@ -95,6 +104,7 @@ class ClusterControlManager:
     def on_become_active(self, image: MetadataImage, now_ms: int) -> None:
         """Give every registered broker a fresh session from ``now_ms`` (Kafka's rule)."""
         self._heartbeats.reset(image.cluster.brokers, now_ms)
+        self._unsettled = set(image.cluster.brokers)
         for broker_id, registration in image.cluster.brokers.items():
             if registration.in_controlled_shutdown:
                 # Which batch moved its leaderships is lost with the old controller's soft
@@ -140,7 +150,11 @@ class ClusterControlManager:
             records[0].register_broker.inter_broker_endpoint.CopyFrom(
                 request.inter_broker_endpoint)
         if existing is not None:
-            records.extend(self._replication.move_leadership_away(image, request.broker_id))
+            moves = self._replication.move_leadership_away(
+                image, request.broker_id, limit=FENCE_CHANGES_PER_BATCH_MAX)
+            records.extend(moves)
+            if len(moves) >= FENCE_CHANGES_PER_BATCH_MAX:
+                self._unsettled.add(request.broker_id)  # continue_unsettled moves the rest
         self._heartbeats.remove(request.broker_id)
         self._heartbeats.touch(request.broker_id, now_ms)
         response.broker_epoch = broker_epoch
@@ -191,7 +205,8 @@ class ClusterControlManager:
         self._heartbeats.touch(broker_id, now_ms)
         if registration.fenced:
             records = []
-            if response.is_caught_up and not request.want_fence:
+            if (response.is_caught_up and not request.want_fence
+                    and broker_id not in self._unsettled):
                 records = self._unfence_records(image, registration)
             response.is_fenced = not records
             return records, response
@@ -208,7 +223,43 @@ class ClusterControlManager:
         records = [metadata_record(metadata_pb2.UnfenceBrokerRecord(
             broker_id=registration.broker_id, broker_epoch=registration.broker_epoch
         ))]
-        records.extend(self._replication.elect_leaders_on_unfence(image, registration.broker_id))
+        elections = self._replication.elect_leaders_on_unfence(
+            image, registration.broker_id, limit=FENCE_CHANGES_PER_BATCH_MAX)
+        records.extend(elections)
+        if len(elections) >= FENCE_CHANGES_PER_BATCH_MAX:
+            self._unsettled.add(registration.broker_id)  # continue_unsettled elects the rest
+        return records
+
+    def is_unsettled(self, broker_id: int) -> bool:
+        return broker_id in self._unsettled
+
+    def continue_unsettled(self, image: MetadataImage) -> Records:
+        """The next part of the unsettled brokers' changes (at most FENCE_CHANGES_PER_BATCH_MAX
+        partition changes): a fenced broker's leaderships and ISR memberships move away, an
+        unfenced one leads the offline partitions it can. A broker with nothing left is settled
+        (a fenced one may then be unfenced by its next heartbeat). Each broker's part is built
+        on the image with the previous ones applied. Called by the periodic tick; brokers that
+        are gone are dropped."""
+        records: Records = []
+        working = image
+        for broker_id in sorted(self._unsettled):
+            registration = working.cluster.broker(broker_id)
+            room = FENCE_CHANGES_PER_BATCH_MAX - len(records)
+            if registration is None:
+                self._unsettled.discard(broker_id)
+                continue
+            if registration.fenced:
+                part = self._replication.move_leadership_away(working, broker_id, limit=room)
+            elif working.cluster.is_active(broker_id):
+                part = self._replication.elect_leaders_on_unfence(working, broker_id, limit=room)
+            else:
+                part = []  # in controlled shutdown: it is to lead nothing (the shutdown moves)
+            records.extend(part)
+            if len(part) >= room:
+                break  # this broker may have more: the next tick continues with it
+            self._unsettled.discard(broker_id)
+            if part:
+                working = apply_records(working, part)
         return records
 
     def _begin_controlled_shutdown(

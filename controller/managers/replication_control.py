@@ -454,11 +454,13 @@ class ReplicationControlManager:
                         return records
         return records
 
-    def elect_leaders_on_unfence(self, image: MetadataImage, broker_id: int) -> Records:
+    def elect_leaders_on_unfence(self, image: MetadataImage, broker_id: int,
+                                 limit: int | None = None) -> Records:
         """Leaders for offline partitions ``broker_id`` can lead once it is unfenced.
 
-        ``image`` still has the broker fenced (these records follow its UnfenceBrokerRecord in
-        the same batch), so it is counted eligible explicitly.
+        ``image`` may still have the broker fenced (these records follow its
+        UnfenceBrokerRecord in the same batch), so it is counted eligible explicitly. With
+        ``limit``, at most that many records (the next call continues where the image stands).
         """
         def eligible(b: int) -> bool:
             return b == broker_id or image.cluster.is_active(b)
@@ -474,6 +476,8 @@ class ReplicationControlManager:
             )
             if change is not None:
                 records.append(metadata_record(change))
+                if limit is not None and len(records) >= limit:
+                    return records
         return records
 
 
