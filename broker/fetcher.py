@@ -23,9 +23,14 @@ INVALID_FETCH_SESSION_EPOCH, starts over with a full request; a leader that keep
 Leader changes re-target partitions: the replica manager calls :meth:`ReplicaFetcherManager.
 add_partition` with the new leader (removing it from the old fetcher) and
 :meth:`~ReplicaFetcherManager.remove_partition` when it leads or no longer hosts it. Adding to a
-fetcher whose long-poll is in flight cancels that poll, so the new partition starts at once
-instead of after ``max_wait_ms``; an answer that arrives for a partition that moved meanwhile is
-dropped by the core (it checks leader, epoch and fetch offset against the request).
+fetcher whose long-poll is in flight asks the leader to answer that poll now (a FetchRequest
+with ``answer_now`` on the same stream), so the new partition starts at once instead of after
+``max_wait_ms``, in the same session: the next request lists it incrementally. (Cancelling the
+poll would close the stream and so the session, and the next request would list every
+partition: at 100,000 partitions each topic creation cost every follower full rounds.) Over the
+unary fallback there is no stream to nudge, and the poll is cancelled. An answer that arrives
+for a partition that moved meanwhile is dropped by the core (it checks leader, epoch and fetch
+offset against the request).
 
 Back-off: a partition whose answer asks for it (BackoffFetch: a retriable error such as
 NOT_LEADER_OR_FOLLOWER while the leader's metadata catches up) sits out ``fetch_backoff_ms``;
@@ -106,6 +111,8 @@ FETCHER_PARTITIONS_MAX = limits.PARTITIONS_PER_REQUEST_MAX
 #: ReplicaService.FetchStream (broker.proto; see the module doc). A leader built before it answers
 #: UNIMPLEMENTED, and the follower goes back to the unary Fetch.
 REPLICA_FETCH_STREAM_METHOD = "/tidelog.v1.ReplicaService/FetchStream"
+#: The nudge a follower writes on its stream (broker.proto FetchRequest.answer_now).
+ANSWER_NOW = pb.FetchRequest(answer_now=True)
 
 check(
     REPLICA_FETCH_PARTITION_BYTES_MAX <= REPLICA_FETCH_RESPONSE_BYTES_MAX,
@@ -122,7 +129,10 @@ check(
 
 
 class ReplicaTransport(Protocol):
-    """How a follower reaches a leader's ReplicaService.Fetch."""
+    """How a follower reaches a leader's ReplicaService.Fetch. A transport with sessions may
+    also have ``answer_now(leader_id) -> bool``: ask the leader to answer the fetch in flight
+    now (FetchRequest.answer_now); False when it cannot (no stream open), and the fetcher
+    cancels the fetch instead."""
 
     async def fetch(self, leader_id: int, request: pb.FetchRequest, *,
                     timeout_s: float) -> pb.FetchResponse:
@@ -134,8 +144,8 @@ class ReplicaTransport(Protocol):
 class _Leader:
     """A leader's channel, its unary stub and its fetch stream (when open)."""
 
-    __slots__ = ("address", "call", "channel", "generation", "open_stream", "stream_supported",
-                 "stub")
+    __slots__ = ("address", "call", "channel", "generation", "nudge", "nudge_wanted",
+                 "open_stream", "reading", "stream_supported", "stub")
 
     def __init__(self, address: str, channels: ChannelFactory) -> None:
         self.address = address
@@ -149,8 +159,14 @@ class _Leader:
             response_deserializer=pb.FetchResponse.FromString)
         self.call: Any = None  # the open stream call, if any
         self.stream_supported = True
+        # answer_now: whether the exchange in flight has written its request (a nudge may be
+        # written then), whether one is wanted before that, and the nudge's write.
+        self.reading = False
+        self.nudge_wanted = False
+        self.nudge: asyncio.Task[None] | None = None
 
     def close_stream(self) -> None:
+        self.nudge_wanted = False
         call, self.call = self.call, None
         if call is not None:
             call.cancel()
@@ -221,7 +237,14 @@ class GrpcReplicaTransport:
         ok = False
         try:
             async with asyncio.timeout(timeout_s):
+                if leader.nudge is not None:  # one write at a time on a stream
+                    await asyncio.wait((leader.nudge,))
+                    leader.nudge = None
                 await call.write(request)
+                leader.reading = True
+                if leader.nudge_wanted:
+                    leader.nudge_wanted = False
+                    await call.write(ANSWER_NOW)
                 response = await call.read()
             if response is grpc.aio.EOF:  # ended with OK: the leader is stopping
                 raise NetworkError(f"broker at {leader.address} ended the fetch stream")
@@ -232,9 +255,28 @@ class GrpcReplicaTransport:
                 return None
             raise
         finally:
+            leader.reading = False
             if not ok and leader.call is call:
                 # An answer may still be on its way: a later exchange must not read it.
                 leader.close_stream()
+
+    def answer_now(self, leader_id: int) -> bool:
+        leader = self._leaders.get(leader_id)
+        if leader is None or leader.call is None or not leader.stream_supported:
+            return False
+        if leader.nudge is not None and not leader.nudge.done():
+            return True  # asked already
+        if not leader.reading:
+            leader.nudge_wanted = True  # written right after the request
+            return True
+        call = leader.call
+
+        async def write() -> None:
+            with contextlib.suppress(Exception):  # a broken stream fails the fetch anyway
+                await call.write(ANSWER_NOW)
+
+        leader.nudge = asyncio.get_running_loop().create_task(write())
+        return True
 
     async def close(self) -> None:
         leaders, self._leaders = self._leaders, {}
@@ -271,9 +313,12 @@ class ReplicaFetcher:
         self.session.mark_changed(partition.key, relist=True)
         self._wake.set()
         if self._in_flight is not None:
-            # Restart the long-poll with the new partition in it rather than wait it out (the
-            # stream closes: the next request is full).
-            self._in_flight.cancel()
+            # Have the long-poll answered now rather than wait it out; the next request lists
+            # the new partition in the same session. Without a stream to ask on, cancel it
+            # (the stream and session close: the next request is full).
+            answer_now = getattr(self.manager.transport, "answer_now", None)
+            if answer_now is None or not answer_now(self.leader_id):
+                self._in_flight.cancel()
 
     def remove(self, key: PartitionKey) -> None:
         self.partitions.pop(key, None)

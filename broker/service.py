@@ -11,6 +11,7 @@ client's mistake: those are error codes in the response.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -367,11 +368,38 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
         follower's fetch session (broker.proto; broker.handlers.fetch.ReplicaFetchSession):
         it opens with the stream and ends with it, however the stream ends."""
         session = self.rt.data_plane.open_replica_fetch_session()
-        try:
+        # The requests are read while one is served, for the follower's answer_now nudges
+        # (broker.proto): they wake the round in flight. At most one real request waits.
+        waiting: asyncio.Queue[pb.FetchRequest] = asyncio.Queue(maxsize=1)
+
+        async def read() -> None:
             async for request in requests:
+                if request.answer_now:
+                    session.answer_now()
+                else:
+                    await waiting.put(request)
+
+        reader = asyncio.ensure_future(read())
+        # A failed reader whose failure nobody asked for is not logged as "never retrieved".
+        reader.add_done_callback(lambda task: task.cancelled() or task.exception())
+        try:
+            while True:
+                if waiting.empty():
+                    if reader.done():
+                        reader.result()  # the stream's failure, if it broke, ends this one
+                        return
+                    getter = asyncio.ensure_future(waiting.get())
+                    await asyncio.wait((getter, reader), return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()  # the stream ended: look again (one may be waiting)
+                        continue
+                    request = getter.result()
+                else:
+                    request = waiting.get_nowait()
                 plane = await self._check(request, context)
                 yield await plane.handle_replica_fetch(request, session)
         finally:
+            reader.cancel()
             session.close()
 
 

@@ -286,6 +286,8 @@ class ReplicaFetchSession:
         self._event = asyncio.Event()
         self._parked = False
         self._closed = False
+        # The follower asked for the round in flight to be answered now (answer_now).
+        self._answer_now = False
         #: The hosted partition each key was last evaluated on (repeated fetches go to its core).
         self._hosted: dict[PartitionKey, Partition] = {}
         #: The partition being evaluated: its own effects (a HW it moved) are in its answer.
@@ -323,6 +325,14 @@ class ReplicaFetchSession:
             self._event.set()
 
     def wake(self) -> None:
+        self._event.set()
+
+    def answer_now(self) -> None:
+        """The follower's nudge (FetchRequest.answer_now): the round in flight, parked or not
+        yet, answers with what it has instead of waiting; its next request lists what the
+        follower added. A nudge between rounds is stale (the next request has it) and is
+        dropped when that request's round begins."""
+        self._answer_now = True
         self._event.set()
 
     # --- the stream ----------------------------------------------------------------------------
@@ -400,11 +410,12 @@ class ReplicaFetchSession:
         stats.listed += len(listed)
         stats.forgotten += len(forgotten)
         self._event.clear()
+        self._answer_now = False
         evaluated = len(decision.evaluate)
         total, urgent = self._evaluate(request, decision.evaluate, answers, names, 0, max_bytes)
         urgent = urgent or invalid
         for _ in range(FETCH_PASSES_MAX):
-            if total >= request.min_bytes or urgent or self._closed:
+            if total >= request.min_bytes or urgent or self._closed or self._answer_now:
                 break
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:

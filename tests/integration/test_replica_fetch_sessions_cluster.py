@@ -7,6 +7,9 @@ What it checks, on 3 controller + 3 broker processes with 2,000 partitions (RF 3
   under a kilobyte a second (empty incremental requests and answers, measured 600-700 B/s),
   where listing every partition in every long-poll cost ~93 KB/s (1,333 partitions x ~35 bytes
   x 2 rounds/s);
+* a topic created meanwhile joins the follower's sessions without a full request (the
+  follower's answer_now nudge): creating it and an acks=all record to each of its partitions
+  cost a few kilobytes of replication, where one full request is 27 KB or more;
 * produced records (acks=all, min.insync.replicas=2) still replicate: the follower reports the
   leader's log end offset and high watermark for them;
 * a follower restart (kill -9: its streams, so its sessions, are gone; it starts with full
@@ -55,6 +58,9 @@ OVERRIDES = {
 #: with every partition in every request: ~93,000).
 IDLE_BYTES_PER_S_MAX = 3_000
 IDLE_WINDOW_S = 4.0
+#: Replication bytes of creating a 6-partition topic and one acks=all record to each (its
+#: partitions listed, their records; a full request alone would be 27 KB or more).
+NEW_TOPIC_BYTES_MAX = 12_000
 SETTLE_S = 2.0
 FULL_ISR_TIMEOUT_S = 120.0
 
@@ -165,9 +171,9 @@ class Brokers:
         for channel in self._channels:
             channel.close()
 
-    def partitions(self, via: int) -> list[pb.PartitionMetadata] | None:
+    def partitions(self, via: int, topic: str = TOPIC) -> list[pb.PartitionMetadata] | None:
         try:
-            md = self.stub(via).Metadata(pb.MetadataRequest(topics=[TOPIC]),
+            md = self.stub(via).Metadata(pb.MetadataRequest(topics=[topic]),
                                          timeout=RPC_TIMEOUT_S)
         except grpc.RpcError:
             return None
@@ -179,9 +185,10 @@ class Brokers:
         return parts is not None and len(parts) == PARTITIONS and all(
             p.leader >= 0 and len(p.isr) == 3 for p in parts)
 
-    def produce(self, partition: pb.PartitionMetadata, value: bytes, *, acks: int) -> int:
+    def produce(self, partition: pb.PartitionMetadata, value: bytes, *, acks: int,
+                topic: str = TOPIC) -> int:
         request = pb.ProduceRequest(acks=acks, timeout_ms=10_000)
-        request.topics.add(name=TOPIC).partitions.add(partition_id=partition.partition_id,
+        request.topics.add(name=topic).partitions.add(partition_id=partition.partition_id,
                                                       batch=records(value))
         answer = self.stub(partition.leader).Produce(request, timeout=RPC_TIMEOUT_S)
         return int(answer.topics[0].partitions[0].error_code)
@@ -226,6 +233,21 @@ def test_idle_replication_carries_nothing_and_restarts_start_full(
 
         rate = idle_rate(proxy, ports)
         assert rate < IDLE_BYTES_PER_S_MAX, f"idle replication carried {rate:.0f} B/s"
+
+        # A new topic joins the sessions: the follower asks the leaders to answer their polls
+        # now (answer_now) and lists only the new partitions; no full request (one would list
+        # the ~1,333 partitions it follows, 27 KB or more).
+        before = proxy.bytes_to(ports)
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("fresh", 6, 3)], timeout_ms=60_000).all()
+        wait_for(lambda: (p := brokers.partitions(others[0], "fresh")) is not None
+                 and all(len(q.isr) == 3 for q in p), "the new topic led, full ISRs", 30)
+        fresh = brokers.partitions(others[0], "fresh")
+        assert fresh is not None
+        for p in fresh:
+            assert brokers.produce(p, b"f", acks=-1, topic="fresh") == ErrorCode.NONE
+        added = proxy.bytes_to(ports) - before
+        assert added < NEW_TOPIC_BYTES_MAX, f"a new topic cost {added} bytes of replication"
 
         # Produced records still replicate, and the follower learns the HW.
         parts = brokers.partitions(others[0])
