@@ -106,8 +106,9 @@ FETCH_BACKOFF_MAX_MS = 1_000
 FETCH_TIMEOUT_MARGIN_MS = 5_000
 #: A fetcher with nothing to fetch re-checks at least this often (backed-off partitions).
 IDLE_WAIT_MAX_MS = 1_000
-#: Partitions per fetcher, at most (the request lists each one).
-FETCHER_PARTITIONS_MAX = limits.PARTITIONS_PER_REQUEST_MAX
+#: Partitions per fetcher, at most (its session holds each one; a request lists at most
+#: limits.PARTITIONS_PER_REQUEST_MAX, and the next one the rest at once: see _request).
+FETCHER_PARTITIONS_MAX = limits.PARTITIONS_PER_FETCH_SESSION_MAX
 #: ReplicaService.FetchStream (broker.proto; see the module doc). A leader built before it answers
 #: UNIMPLEMENTED, and the follower goes back to the unary Fetch.
 REPLICA_FETCH_STREAM_METHOD = "/tidelog.v1.ReplicaService/FetchStream"
@@ -395,7 +396,9 @@ class ReplicaFetcher:
         manager = self.manager
         request = pb.FetchRequest(
             replica_id=manager.broker_id, replica_broker_epoch=manager.broker_epoch(),
-            max_wait_ms=manager.fetch_wait_max_ms, min_bytes=1,
+            # Partitions left out of this request (more than one request holds) go in the next
+            # one at once: the leader answers without waiting.
+            max_wait_ms=0 if self.session.pending else manager.fetch_wait_max_ms, min_bytes=1,
             max_bytes=REPLICA_FETCH_RESPONSE_BYTES_MAX, session_epoch=plan.session_epoch)
         by_topic: dict[bytes, pb.FetchRequest.TopicData] = {}
         for (topic_id, partition_id), fetch in plan.listed:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
@@ -272,16 +272,18 @@ class ControllerLogic:
     # --- the committed log --------------------------------------------------------------------
 
     def replay_batch(
-        self, records: Sequence[metadata_pb2.MetadataRecord], base_offset: int
+        self, records: Sequence[metadata_pb2.MetadataRecord], base_offset: int,
+        progress: Callable[[], None] | None = None,
     ) -> ReplayOutcome:
-        """Apply one committed batch (offsets base_offset..) to the committed image."""
+        """Apply one committed batch (offsets base_offset..) to the committed image;
+        ``progress`` as in MetadataDelta.replay_batch."""
         if base_offset != self._committed.offset + 1:
             raise InvariantViolation(
                 f"committed batches must be contiguous: {base_offset} after "
                 f"{self._committed.offset}")
         before = self._committed
         delta = MetadataDelta(before)
-        ignored = delta.replay_batch(records, base_offset)
+        ignored = delta.replay_batch(records, base_offset, progress)
         self._committed = delta.apply()
         elections = count_elections(before, records) if ignored is None else LeaderElections()
         own = bool(self._pending) and self._pending[0] == _Pending(base_offset, tuple(records))

@@ -220,7 +220,10 @@ class ControllerRuntime:
         records = list(decoded.records)
         with self._lock:
             base = self.logic.committed_offset + 1
-            outcome = self.logic.replay_batch(records, base)
+            # The quorum exists once its constructor returned; its start-up replay runs before.
+            quorum = getattr(self, "quorum", None)
+            outcome = self.logic.replay_batch(
+                records, base, progress=None if quorum is None else quorum.keep_alive)
             self._tail.append(base, records)
             self._applied[index] = base
             if len(self._applied) > APPLIED_BATCHES_KEPT:

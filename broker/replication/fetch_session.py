@@ -70,7 +70,9 @@ FULL_SESSION_EPOCH = 0
 #: Session epochs run 1..SESSION_EPOCH_MAX and then wrap to 1 (int32 on the wire).
 SESSION_EPOCH_MAX = 2**31 - 1
 #: Partitions one session may hold (what one full request may list).
-SESSION_PARTITIONS_MAX = limits.PARTITIONS_PER_REQUEST_MAX
+SESSION_PARTITIONS_MAX = limits.PARTITIONS_PER_FETCH_SESSION_MAX
+#: Partitions one request lists; a session with more lists the rest in the next requests.
+REQUEST_PARTITIONS_MAX = limits.PARTITIONS_PER_REQUEST_MAX
 
 K = TypeVar("K", bound=Hashable)
 F = TypeVar("F")
@@ -313,6 +315,11 @@ class FollowerSession(Generic[K, F]):
         """Partitions the leader fetches for us in this session."""
         return len(self._sent)
 
+    @property
+    def pending(self) -> bool:
+        """Whether partitions may be waiting to be listed (after a plan: left out of it)."""
+        return bool(self._changed)
+
     def sent(self, key: K) -> F | None:
         """The fetch of ``key`` the leader holds (what its answers are relative to)."""
         return self._sent.get(key)
@@ -337,17 +344,22 @@ class FollowerSession(Generic[K, F]):
         if self._sent.pop(key, None) is not None:
             self._forgotten[key] = None  # (a full plan starts from nothing: no need there)
 
-    def plan(self, fetch_of: Callable[[K], F | None], every: Callable[[], Iterable[K]]
-             ) -> FollowerPlan[K, F]:
+    def plan(self, fetch_of: Callable[[K], F | None], every: Callable[[], Iterable[K]],
+             listed_max: int = REQUEST_PARTITIONS_MAX) -> FollowerPlan[K, F]:
         """The next request's partitions. ``fetch_of(key)``: the fetch to send now, None when
         the partition is not to be fetched (backing off, no leader, another leader);
-        ``every()``: all the fetcher's partitions (a full request lists each fetchable one)."""
+        ``every()``: all the fetcher's partitions (a full request lists each fetchable one).
+        At most ``listed_max`` are listed; the others stay changed, for the next requests (a
+        full request's leftovers join the session incrementally)."""
         listed: list[tuple[K, F]] = []
         if self.full:
             self._sent.clear()
             self._changed.clear()
             self._forgotten.clear()
             for key in every():
+                if len(listed) >= listed_max:
+                    self._changed[key] = True
+                    continue
                 fetch = fetch_of(key)
                 if fetch is not None:
                     listed.append((key, fetch))
@@ -355,6 +367,9 @@ class FollowerSession(Generic[K, F]):
             return FollowerPlan(FULL_SESSION_EPOCH, tuple(listed), ())
         changed, self._changed = self._changed, {}
         for key, relist in changed.items():
+            if len(listed) >= listed_max:
+                self._changed[key] = self._changed.get(key, False) or relist
+                continue
             fetch = fetch_of(key)
             if fetch is None:
                 if self._sent.pop(key, None) is not None:

@@ -121,6 +121,16 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     grew, so the reply to an older pipelined message sent it back to resend what the follower
     already had (the first half of seed 244).
 
+    Long applies (tl_keep_alive, not a bug fix but an addition): pysyncobj applies committed
+    entries on its tick thread between reading the network and sending append_entries, so a
+    batch that takes longer to replay than the election timeout (10,000 new partitions: ~0.5 s,
+    more on a busy machine) silenced the leader, and a follower that spent as long applying
+    started an election on its next tick, before reading the leader's messages waiting in its
+    socket. The state machine calls tl_keep_alive between records: the leader sends its
+    append_entries as its tick would (followers learn the commit index and apply in parallel);
+    a follower or candidate pushes its election deadline back by a fresh timeout (its own busy
+    time is not the leader's silence; delaying an election never breaks safety).
+
     Not patched: the leader's chunking of an entry of appendEntriesBatchSizeBytes or more
     (RaftSettings keeps every entry below it), dynamic membership (refused), a snapshot without
     a fullDumpFile (ignored), the leader's loop of empty snapshot messages while its dump is
@@ -147,6 +157,16 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         #: and tests/sim checks that its suites reach each of them).
         self.tl_counts: collections.Counter[str] = collections.Counter()
         super().__init__(selfNode, otherNodes, conf, **kwargs)
+
+    def tl_keep_alive(self) -> None:
+        """During a long apply, on the tick thread (see the class doc, "Long applies")."""
+        if self._SyncObj__raftState == _STATE_LEADER:
+            self._SyncObj__sendAppendEntries()
+        else:
+            self._SyncObj__raftElectionDeadline = max(
+                self._SyncObj__raftElectionDeadline,
+                syncobj_module.monotonicTime() + self._SyncObj__generateRaftTimeout())
+        self.tl_counts["keep_alive"] += 1
 
     # --- dispatch: the transport calls this (bound by SyncObj.__init__ through the name)
 

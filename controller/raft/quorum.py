@@ -107,7 +107,8 @@ class StateMachine(Protocol):
     def apply(self, batch: bytes, index: int) -> None:
         """Replays one committed batch. ``index`` is the Raft log index, for logs and metrics:
         indexes increase but have gaps (pysyncobj's own no-op entries are not passed on).
-        Raising stops the node: a state machine that could not apply an entry has diverged."""
+        Raising stops the node: a state machine that could not apply an entry has diverged.
+        A long replay should call :meth:`RaftQuorum.keep_alive` every few hundred records."""
 
     def snapshot(self) -> bytes:
         """Returns the whole state as of the last applied batch (protobuf bytes of the image)."""
@@ -222,6 +223,7 @@ class RaftQuorum:
         self._listeners: list[Callable[[bool, int], None]] = []  # tick thread only
         self._was_leader = False  # tick thread only
         self._applied_index = 0  # tick thread only: last index given to the state machine
+        self._last_keep_alive = 0.0  # tick thread only: monotonic time of the last keep_alive
         self._handed: dict[int, _Proposal] = {}  # tick thread only: id(command) -> proposal
         self._last_expiry_check = 0.0
         self._failure: BaseException | None = None
@@ -674,13 +676,36 @@ class RaftQuorum:
         # pysyncobj increments raftLastApplied right after this returns.
         index = int(self._syncobj.raftLastApplied) + 1
         assert index > self._applied_index, f"apply of {index} after {self._applied_index}"
+        started = self._last_keep_alive = time.monotonic()
         try:
             self._state_machine.apply(batch, index)
         except Exception as exc:
             self._fail(f"state machine failed to apply entry {index}", exc)
             raise _StateMachineFailed() from exc
         self._applied_index = index
+        took = time.monotonic() - started
+        if took > self._settings.append_entries_period_s:
+            # Its end, whatever the state machine called meanwhile: a follower's election
+            # deadline counts from now (see keep_alive).
+            self._syncobj.tl_keep_alive()
+            if took > self._settings.election_timeout_min_s:
+                logger.info("raft node %d: applying entry %d took %.0f ms (election timeout "
+                            "%.0f ms; kept alive meanwhile)", self.node_id, index, took * 1000,
+                            self._settings.election_timeout_min_s * 1000)
         return index
+
+    def keep_alive(self) -> None:
+        """For the state machine, between the records of a long apply: the leader sends its
+        append_entries (heartbeats, the commit index) as its tick would, a follower pushes its
+        election deadline back (patches.py, _PatchedSyncObj "Long applies"). At most once per
+        append_entries period; a no-op off the tick thread (a snapshot restore, tests)."""
+        if threading.current_thread() is not self._thread or self._syncobj is None:
+            return
+        now = time.monotonic()
+        if now - self._last_keep_alive < self._settings.append_entries_period_s:
+            return
+        self._last_keep_alive = now
+        self._syncobj.tl_keep_alive()
 
     def _write_snapshot(self, file_name: str, data: tuple[Any, Any, Any]) -> None:
         """pysyncobj's serializer hook, on the tick thread, with the state at last_applied."""

@@ -301,3 +301,26 @@ def test_a_follower_without_a_session_sends_full_requests() -> None:
     assert f.plan() == (FULL_SESSION_EPOCH, {"a": 1, "b": 2}, ())
     f.session.on_answer(SESSION_EPOCH_MAX + 1)  # not an epoch: no session
     assert f.session.full
+
+
+def test_a_follower_with_more_partitions_than_a_request_holds_lists_the_rest_next() -> None:
+    # One leader may lead nearly every partition of a large cluster after failures: its
+    # followers' sessions hold them all, each request lists at most listed_max.
+    f = Follower(a=1, b=2, c=3, d=None, e=5)
+
+    def plan() -> tuple[int, dict[str, int], tuple[str, ...]]:
+        p = f.session.plan(f.fetches.get, lambda: list(f.fetches), listed_max=2)
+        return p.session_epoch, dict(p.listed), p.forgotten
+
+    assert plan() == (FULL_SESSION_EPOCH, {"a": 1, "b": 2}, ())
+    assert f.session.pending, "c, d and e wait for the next request (which need not wait)"
+    f.session.on_answer(1)
+    assert plan() == (1, {"c": 3, "e": 5}, ()), "d is not fetchable"
+    assert not f.session.pending and len(f.session) == 4
+    f.session.on_answer(2)
+    for key in "abce":
+        f.session.mark_changed(key, relist=True)
+    assert plan() == (2, {"a": 1, "b": 2}, ())
+    assert f.session.pending
+    f.session.on_answer(3)
+    assert plan() == (3, {"c": 3, "e": 5}, ()), "relisted as asked, in the next request"

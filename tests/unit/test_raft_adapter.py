@@ -579,3 +579,64 @@ def test_importing_the_adapter_leaves_socket_inet_ntop_working() -> None:
 
     assert socket.inet_ntop(socket.AF_INET, b"\x7f\x00\x00\x01") == "127.0.0.1"
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"
+
+
+class SlowStateMachine(ListStateMachine):
+    """Applies ``b"slow"`` for ``seconds`` (sleeping, as a replay on a busy machine would
+    hold the tick thread), calling its quorum's keep_alive every 10 ms when ``keep_alive``."""
+
+    def __init__(self, seconds: float, keep_alive: bool) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.keep_alive = keep_alive
+        self.quorum: RaftQuorum | None = None
+
+    def apply(self, batch: bytes, index: int) -> None:
+        if batch == b"slow":
+            until = time.monotonic() + self.seconds
+            while time.monotonic() < until:
+                time.sleep(0.01)
+                if self.keep_alive and self.quorum is not None:
+                    self.quorum.keep_alive()
+        super().apply(batch, index)
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_a_long_apply_keeps_the_leader_when_the_state_machine_keeps_it_alive(
+        cluster: Cluster, keep_alive: bool) -> None:
+    # An entry applied for 3x the largest election timeout on every node. Kept alive between
+    # records (controller/raft/patches.py "Long applies"), the leader keeps sending and the
+    # followers do not count their own busy time: nobody starts an election. Without it the
+    # followers hear nothing while the leader applies, and elect another leader.
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    seconds = 3 * SETTINGS.election_timeout_max_s
+    machines = [SlowStateMachine(seconds, keep_alive) for _ in range(3)]
+    quorums = [cluster.start(i, addresses, machines[i]) for i in range(3)]
+    for quorum, machine in zip(quorums, machines, strict=True):
+        machine.quorum = quorum
+    leader = wait_leader(quorums)
+    (before,) = propose_all(leader, [b"before"])
+    # A settled quorum: every node connected to both others and caught up (a node still
+    # connecting would elect anyway, keep-alive or not).
+    wait_for(lambda: all(q.last_applied >= before and all(q.peer_connections().values())
+                         for q in quorums), "a settled quorum")
+    epoch = leader.leader_epoch
+    index = leader.propose(b"slow").result(WAIT_S * 2)
+    wait_for(lambda: all(q.last_applied >= index for q in quorums), "every node applied it",
+             WAIT_S * 2)
+    after = 0
+    while not after:  # after elections, the first leader found may be about to lose
+        try:
+            (after,) = propose_all(wait_leader(quorums), [b"after"])
+        except ProposeError as error:
+            assert not keep_alive, error
+            assert error.reason in (FailReason.NOT_LEADER, FailReason.LEADER_CHANGED), error
+    wait_for(lambda: all(q.last_applied >= after for q in quorums), "every node applied it")
+    epochs = {q.leader_epoch for q in quorums}
+    if keep_alive:
+        assert leader.is_leader() and epochs == {epoch}, (epoch, epochs)
+        assert leader.patch_counts().get("keep_alive", 0) > 0
+    else:
+        assert max(epochs) > epoch, "the followers elected a new leader meanwhile"
+    for machine in machines:
+        assert machine.batches == [b"before", b"slow", b"after"]

@@ -57,6 +57,8 @@ __all__ = ["LocalPartition", "LocalReplicaChanges", "MetadataDelta", "apply_reco
 
 _MISSING: Any = object()
 PORT_MAX = 65535
+#: replay_batch calls its ``progress`` every this many records (~5-20 ms of replay).
+PROGRESS_RECORDS = 256
 
 
 class _Ignored(Exception):
@@ -126,12 +128,15 @@ class MetadataDelta:
         return self.replay_batch([record], offset)
 
     def replay_batch(
-        self, records: Sequence[metadata_pb2.MetadataRecord], base_offset: int
+        self, records: Sequence[metadata_pb2.MetadataRecord], base_offset: int,
+        progress: Callable[[], None] | None = None,
     ) -> str | None:
         """Replay a committed batch (offsets base_offset..) all or nothing.
 
         Returns None if every record applied, else the first invalid record's offset and reason;
         then none of the batch applied. The offset advances past the batch either way.
+        ``progress`` is called every PROGRESS_RECORDS records (the controller's Raft keep-alive
+        during a long replay: controller.raft.quorum.RaftQuorum.keep_alive).
         """
         check(len(records) > 0, "a committed batch holds at least one record")
         if self._from_snapshot:
@@ -145,6 +150,8 @@ class MetadataDelta:
         outcome: str | None = None
         for index, record in enumerate(records):
             offset = base_offset if self._from_snapshot else base_offset + index
+            if progress is not None and index % PROGRESS_RECORDS == PROGRESS_RECORDS - 1:
+                progress()
             try:
                 self._replay_one(record, offset)
             except _Ignored as ignored:
