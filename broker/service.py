@@ -377,6 +377,7 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
                 if request.answer_now:
                     session.answer_now()
                 else:
+                    session.request_read()
                     await waiting.put(request)
 
         reader = asyncio.ensure_future(read())

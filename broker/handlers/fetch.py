@@ -83,6 +83,8 @@ async def handle_replica_fetch(registry: HandlerRegistry, request: pb.FetchReque
     """A follower's fetch (ReplicaService): records its LEO (HW, ISR), answers divergence, and
     long-polls for new data; within ``session`` (a FetchStream's) incrementally."""
     started = time.perf_counter()
+    if session is not None:
+        session.round_begins()
     error = replica_fetch_error(registry, request)
     if error is None and session is None and request.session_epoch != FULL_SESSION_EPOCH:
         error = InvalidFetchSessionEpochError(
@@ -286,8 +288,12 @@ class ReplicaFetchSession:
         self._event = asyncio.Event()
         self._parked = False
         self._closed = False
-        # The follower asked for the round in flight to be answered now (answer_now).
-        self._answer_now = False
+        # answer_now: requests read from the stream, rounds begun, and the request a nudge was
+        # about (the last one read when it came): a nudge read before its request's round
+        # began (the stream is read ahead) still counts for that round, a stale one does not.
+        self._requests_read = 0
+        self._rounds_begun = 0
+        self._nudged_request = 0
         #: The hosted partition each key was last evaluated on (repeated fetches go to its core).
         self._hosted: dict[PartitionKey, Partition] = {}
         #: The partition being evaluated: its own effects (a HW it moved) are in its answer.
@@ -327,13 +333,27 @@ class ReplicaFetchSession:
     def wake(self) -> None:
         self._event.set()
 
+    def request_read(self) -> None:
+        """The stream read a (real) request: its round is the next one to begin."""
+        self._requests_read += 1
+
+    def round_begins(self) -> None:
+        """handle_replica_fetch took the next request (served or refused)."""
+        self._rounds_begun += 1
+        # (A caller that does not read ahead need not call request_read.)
+        self._requests_read = max(self._requests_read, self._rounds_begun)
+
     def answer_now(self) -> None:
-        """The follower's nudge (FetchRequest.answer_now): the round in flight, parked or not
-        yet, answers with what it has instead of waiting; its next request lists what the
-        follower added. A nudge between rounds is stale (the next request has it) and is
-        dropped when that request's round begins."""
-        self._answer_now = True
+        """The follower's nudge (FetchRequest.answer_now) about the request it has in flight,
+        the last one read: its round, parked or not begun yet, answers with what it has
+        instead of waiting, and the follower's next request lists what it added. A nudge that
+        crossed that request's answer is stale and changes nothing."""
+        self._nudged_request = self._requests_read
         self._event.set()
+
+    @property
+    def _answer_now(self) -> bool:
+        return self._nudged_request >= self._rounds_begun > 0
 
     # --- the stream ----------------------------------------------------------------------------
 
@@ -410,7 +430,6 @@ class ReplicaFetchSession:
         stats.listed += len(listed)
         stats.forgotten += len(forgotten)
         self._event.clear()
-        self._answer_now = False
         evaluated = len(decision.evaluate)
         total, urgent = self._evaluate(request, decision.evaluate, answers, names, 0, max_bytes)
         urgent = urgent or invalid

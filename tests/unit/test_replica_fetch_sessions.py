@@ -85,6 +85,7 @@ class SessionTransport:
             self._close(leader_id)
             known = self.sessions[leader_id] = (leader, ReplicaFetchSession(leader))
             self.opened += 1
+        known[1].request_read()
         ok = False
         try:
             wire = pb.FetchRequest.FromString(request.SerializeToString())
@@ -354,3 +355,45 @@ def test_a_session_the_leader_lost_is_refused_and_the_follower_starts_over(base:
         await c.converged("t", (1, 2, 3))
     scenario(base, body, config=FAST)
 
+
+
+def test_a_nudge_read_before_its_request_is_served_still_answers_it(base: Path) -> None:
+    # The leader's stream handler reads ahead: a follower's request and the answer_now nudge
+    # right behind it may both be read before the request's round begins. The nudge is about
+    # that request; one that crossed its answer is stale and changes nothing.
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]])
+        leader = c.managers[1]
+        topic_id = c.controller.topic_id("t")
+        epoch = c.controller.broker_epoch(2)
+
+        def request(session_epoch: int, max_wait_ms: int = 30_000) -> pb.FetchRequest:
+            r = pb.FetchRequest(replica_id=2, replica_broker_epoch=epoch, max_wait_ms=max_wait_ms,
+                                min_bytes=1, max_bytes=1 << 20, session_epoch=session_epoch)
+            r.topics.add(topic_id=topic_id).partitions.add(
+                partition_id=0, fetch_offset=0, current_leader_epoch=0, last_fetched_epoch=-1,
+                log_start_offset=0, partition_max_bytes=1 << 20)
+            return r
+
+        await until(lambda: leader.partition(topic_id, 0) is not None, "t-0 hosted")
+        session = ReplicaFetchSession(leader)
+        try:
+            session.request_read()  # the full request, asking for no wait
+            first = await handle_replica_fetch(leader, request(0, max_wait_ms=0), session)
+            assert first.error_code == ErrorCode.NONE and first.next_session_epoch == 1
+            session.answer_now()  # stale: about the request just answered
+            session.request_read()
+            session.answer_now()  # about this one, read before its round begins
+            answered = await asyncio.wait_for(
+                handle_replica_fetch(leader, request(1), session), suite.WAIT_S)
+            assert answered.error_code == ErrorCode.NONE, answered
+            session.answer_now()  # crossed that answer: stale
+            session.request_read()
+            parked = asyncio.ensure_future(handle_replica_fetch(leader, request(2), session))
+            await until(lambda: session.parked, "the next round waits for data")
+            assert not parked.done()
+            parked.cancel()
+        finally:
+            session.close()
+    scenario(base, body, config=FAST)
