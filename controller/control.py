@@ -284,7 +284,11 @@ class ControllerLogic:
         before = self._committed
         delta = MetadataDelta(before)
         ignored = delta.replay_batch(records, base_offset, progress)
+        if progress is not None:
+            progress()
         self._committed = delta.apply()
+        if progress is not None:
+            progress()
         elections = count_elections(before, records) if ignored is None else LeaderElections()
         own = bool(self._pending) and self._pending[0] == _Pending(base_offset, tuple(records))
         diverged = False

@@ -69,6 +69,9 @@ FETCH_METADATA_IDLE_MS = 1_000
 COMMIT_TIMEOUT_MS = 5_000
 #: Raft index -> metadata base offset of recently applied batches (to check own proposals).
 APPLIED_BATCHES_KEPT = 10_000
+#: How often the Raft thread, waiting for the logic's lock to apply a batch, keeps the quorum
+#: alive meanwhile (RaftQuorum.keep_alive rate-limits to its append_entries period anyway).
+LOCK_WAIT_KEEP_ALIVE_S = 0.02
 #: Pause between activation attempts while leader but unable to commit.
 ACTIVATION_RETRY_S = 0.1
 #: A probe's connect (or name lookup) gives up after this: no answer is no evidence.
@@ -218,16 +221,23 @@ class ControllerRuntime:
     def apply(self, batch: bytes, index: int) -> None:
         decoded = metadata_records.decode_batch(batch)
         records = list(decoded.records)
-        with self._lock:
+        # The quorum exists once its constructor returned; its start-up replay runs before.
+        quorum = getattr(self, "quorum", None)
+        keep_alive = None if quorum is None else quorum.keep_alive
+        # The event loop may hold the lock for a while (a large request's records, a fencing
+        # part): the Raft thread keeps the quorum alive while it waits, as during the replay.
+        while not self._lock.acquire(timeout=LOCK_WAIT_KEEP_ALIVE_S):
+            if keep_alive is not None:
+                keep_alive()
+        try:
             base = self.logic.committed_offset + 1
-            # The quorum exists once its constructor returned; its start-up replay runs before.
-            quorum = getattr(self, "quorum", None)
-            outcome = self.logic.replay_batch(
-                records, base, progress=None if quorum is None else quorum.keep_alive)
+            outcome = self.logic.replay_batch(records, base, progress=keep_alive)
             self._tail.append(base, records)
             self._applied[index] = base
             if len(self._applied) > APPLIED_BATCHES_KEPT:
                 self._applied.popitem(last=False)
+        finally:
+            self._lock.release()
         if outcome.ignored:
             log.warning("controller %d: metadata batch at offset %d was a no-op: %s",
                         self.node_id, base, outcome.ignored)
