@@ -430,6 +430,12 @@ class ControllerRuntime:
             self._start_probes()
             if not result.records:
                 continue
+            for record in result.records:
+                if record.WhichOneof("record") == "fence_broker":
+                    log.warning("controller %d fences broker %d (epoch %d): no heartbeat within "
+                                "its session (broker_session_timeout_ms %d)", self.node_id,
+                                record.fence_broker.broker_id, record.fence_broker.broker_epoch,
+                                self.config.controller.broker_session_timeout_ms)
             try:
                 await self._commit(list(result.records), epoch)
             except (TimeoutError, ProposeError, ValueError) as e:  # ValueError: see _probe
