@@ -43,6 +43,7 @@ from controller.managers.acl_control import AclControlManager
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from controller.managers.cluster_control import ClusterControlManager, ProbeTarget
 from controller.managers.common import (
+    FENCE_CHANGES_PER_BATCH_MAX,
     ControllerConfig,
     ErrorFields,
     error_response,
@@ -173,6 +174,8 @@ class ControllerLogic:
         self._stats_memo: tuple[ClusterImage, TopicsImage, ControllerStats] | None = None
         self._pending: deque[_Pending] = deque()
         self._active = False
+        #: When the next automatic leader rebalance is due (active only; None = never).
+        self._rebalance_due_ms: int | None = None
         self._heartbeats = BrokerHeartbeatTracker(self._config.broker_session_timeout_ms)
         self._replication = ReplicationControlManager(self._config, rng)
         self._cluster = ClusterControlManager(
@@ -253,6 +256,8 @@ class ControllerLogic:
         self._active = True
         self.abandon_pending()
         self._cluster.on_become_active(self._committed, now_ms)
+        interval = self._config.leader_imbalance_check_interval_ms
+        self._rebalance_due_ms = now_ms + interval if interval > 0 else None
         records = [metadata_record(metadata_pb2.NoOpRecord(controller_id=self._node_id))]
         if self._bootstrap and is_blank(self._committed):
             records.extend(self._bootstrap)  # a new cluster: its first users (--add-scram)
@@ -261,6 +266,7 @@ class ControllerLogic:
     def on_resign(self) -> None:
         """Stop acting as active: drop speculative state and heartbeat sessions."""
         self._active = False
+        self._rebalance_due_ms = None
         self.abandon_pending()
         self._heartbeats.clear()
 
@@ -497,12 +503,21 @@ class ControllerLogic:
         """Periodic tick: fence brokers silent for longer than broker.session.timeout.ms, with
         their leader and ISR changes, in one batch (no records when there is nothing to do).
         A tick with nobody to fence continues the changes that did not fit in the batch of a
-        registration or an unfencing (ClusterControlManager.continue_unsettled)."""
+        registration or an unfencing (ClusterControlManager.continue_unsettled), and else, every
+        leader_imbalance_check_interval_ms, moves leaderships back to preferred replicas
+        (ReplicationControlManager.preferred_leader_elections), in parts."""
         if not self._active:
             return ControllerResult((), None, self.next_offset, self._committed.offset)
         records = self._cluster.fence_stale_brokers(self._image, now_ms)
         if not records:
             records = self._cluster.continue_unsettled(self._image)
+        if not records and self._rebalance_due_ms is not None and now_ms >= self._rebalance_due_ms:
+            records = self._replication.preferred_leader_elections(
+                self._image, FENCE_CHANGES_PER_BATCH_MAX)
+            # A full part: the next tick goes on; else the next check is an interval away.
+            self._rebalance_due_ms = now_ms + (
+                0 if len(records) >= FENCE_CHANGES_PER_BATCH_MAX
+                else self._config.leader_imbalance_check_interval_ms)
         return self._propose(records, None)
 
     def start_broker_probes(

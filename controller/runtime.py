@@ -180,6 +180,7 @@ class ControllerRuntime:
             bootstrap=read_bootstrap(config.data_dir),
             config=LogicConfig(
                 broker_session_timeout_ms=c.broker_session_timeout_ms,
+                leader_imbalance_check_interval_ms=c.leader_imbalance_check_interval_ms,
                 num_partitions=c.default_num_partitions,
                 default_replication_factor=c.default_replication_factor,
             ),

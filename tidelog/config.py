@@ -117,6 +117,13 @@ class ControllerConfig:
         "expiry only, e.g. where a firewall rejects connections rather than dropping them)",
         2500,
     )
+    leader_imbalance_check_interval_ms: int = _doc(
+        "automatic leader rebalance (Kafka's auto.leader.rebalance.enable with "
+        "leader.imbalance.check.interval.seconds): this often the active controller gives each "
+        "partition back to its preferred replica (the first) where that one is in the ISR and "
+        "active, 2,000 partitions per batch; 0 = off",
+        300_000,
+    )
     default_num_partitions: int = _doc("partitions of a topic created with -1 (num.partitions)", 1)
     default_replication_factor: int = _doc(
         "replication factor of a topic created with -1 (default.replication.factor)", 1
@@ -372,6 +379,10 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
     c = cfg.controller
     if not 0 < c.election_timeout_min_ms < c.election_timeout_max_ms:
         raise InvalidConfigError("controller.election_timeout_min_ms must be > 0 and < max")
+    if c.leader_imbalance_check_interval_ms < 0:
+        raise InvalidConfigError(
+            "controller.leader_imbalance_check_interval_ms must be >= 0 (0 = off), got "
+            f"{c.leader_imbalance_check_interval_ms}")
     if c.broker_probe_after_ms < 0:
         raise InvalidConfigError(
             "controller.broker_probe_after_ms must be >= 0 (0 = off), got "

@@ -74,6 +74,9 @@ class ControllerConfig:
     default_replication_factor: int = 1
     #: Producer ids per AllocateProducerIds block (Kafka's ProducerIdsBlock size).
     producer_id_block_size: int = 1000
+    #: leader.imbalance.check.interval.seconds, in ms: how often the active controller moves
+    #: leaderships back to their preferred replica (auto.leader.rebalance.enable); 0 = never.
+    leader_imbalance_check_interval_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if self.broker_session_timeout_ms <= 0:
@@ -87,6 +90,10 @@ class ControllerConfig:
             raise InvariantViolation(
                 f"default.replication.factor {self.default_replication_factor} outside "
                 f"1..{limits.REPLICATION_FACTOR_MAX}")
+        if self.leader_imbalance_check_interval_ms < 0:
+            raise InvariantViolation(
+                "leader imbalance check interval "
+                f"{self.leader_imbalance_check_interval_ms} ms is negative")
         if not 1 <= self.producer_id_block_size <= 1_000_000:
             raise InvariantViolation(
                 f"producer id block size {self.producer_id_block_size} outside 1..1000000")

@@ -454,6 +454,25 @@ class ReplicationControlManager:
                         return records
         return records
 
+    def preferred_leader_elections(self, image: MetadataImage, limit: int) -> Records:
+        """Kafka's automatic leader rebalance (auto.leader.rebalance.enable; KRaft's
+        maybeBalancePartitionLeaders): each partition whose preferred replica (the first) does
+        not lead it, but is in its ISR and active, gets it back as leader; at most ``limit``
+        records (the next call continues where the image stands). A clean election: the ISR
+        stays as it is."""
+        records: Records = []
+        for topic, partition_id, partition in image.topics.iter_partitions():
+            preferred = partition.replicas[0]
+            if (partition.leader == preferred or preferred not in partition.isr
+                    or not image.cluster.is_active(preferred)):
+                continue
+            records.append(metadata_record(metadata_pb2.PartitionChangeRecord(
+                topic_id=topic.topic_id, partition_id=partition_id, leader=preferred,
+                expected_partition_epoch=partition.partition_epoch)))
+            if len(records) >= limit:
+                break
+        return records
+
     def elect_leaders_on_unfence(self, image: MetadataImage, broker_id: int,
                                  limit: int | None = None) -> Records:
         """Leaders for offline partitions ``broker_id`` can lead once it is unfenced.

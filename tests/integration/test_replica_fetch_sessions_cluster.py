@@ -14,7 +14,8 @@ What it checks, on 3 controller + 3 broker processes with 2,000 partitions (RF 3
   leader's log end offset and high watermark for them;
 * a follower restart (kill -9: its streams, so its sessions, are gone; it starts with full
   requests) works: records produced while it was down (acks=1) reach it, every partition gets its
-  full ISR back, and its links are quiet again once idle.
+  full ISR back, the automatic leader rebalance (every second here) gives it back the
+  leaderships it lost, and its links are quiet again once idle.
 
 How: tests/integration/cluster_harness.py runs the nodes. The follower broker is started with
 ``grpc_proxy`` pointing at ``CountingProxy`` below (gRPC's own HTTP CONNECT support, as
@@ -51,7 +52,9 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2_000
 TOPIC = "many"
 OVERRIDES = {
-    "controller": {"broker_session_timeout_ms": 3_000, "fence_check_interval_ms": 100},
+    "controller": {"broker_session_timeout_ms": 3_000, "fence_check_interval_ms": 100,
+                   # Automatic leader rebalance within the test (Kafka's default is 300 s).
+                   "leader_imbalance_check_interval_ms": 1_000},
     "broker": {"heartbeat_interval_ms": 500},
 }
 #: Bytes per second an idle follower's two replication links may carry (measured here: 600-700;
@@ -277,6 +280,11 @@ def test_idle_replication_carries_nothing_and_restarts_start_full(
         wait_for(caught_up, "the restarted follower holding what it missed", 60)
         wait_for(lambda: brokers.all_full(others[0]), "full ISRs after the restart",
                  FULL_ISR_TIMEOUT_S)
+        # Its leaderships moved away when it died; the automatic leader rebalance gives each
+        # partition back to its preferred replica (the first).
+        wait_for(lambda: (p := brokers.partitions(others[0])) is not None
+                 and all(q.leader == q.replicas[0] for q in p),
+                 "every partition led by its preferred replica again", FULL_ISR_TIMEOUT_S)
         rate = idle_rate(proxy, ports)
         assert rate < IDLE_BYTES_PER_S_MAX, f"idle after the restart: {rate:.0f} B/s"
     finally:

@@ -263,3 +263,69 @@ def test_heartbeat_tracker() -> None:
     assert not tracker.is_tracked(1) and tracker.stale_brokers([1], 5000) == []
     tracker.reset([5], 0)
     assert tracker.is_tracked(5) and not tracker.is_tracked(2)
+
+
+def _expand_isr(cluster: TestCluster, topic: str, partition_id: int, isr: list[int]) -> None:
+    """The leader's AlterPartition putting ``isr`` back (KIP-903 epochs: as seen fetching)."""
+    from tidelog.v1 import controller_pb2
+
+    current = cluster.logic.image.topics.partition(cluster.topic_id(topic), partition_id)
+    assert current is not None
+    brokers = cluster.logic.image.cluster.brokers
+    request = controller_pb2.AlterPartitionRequest(
+        broker_id=current.leader, broker_epoch=cluster.broker_epoch(current.leader))
+    request.topics.add(topic_id=cluster.topic_id(topic)).partitions.add(
+        partition_id=partition_id, leader_epoch=current.leader_epoch,
+        partition_epoch=current.partition_epoch, new_isr=isr,
+        new_isr_with_epochs=[controller_pb2.AlterPartitionRequest.BrokerState(
+            broker_id=b, broker_epoch=brokers[b].broker_epoch) for b in isr])
+    response = cluster.submit(cluster.logic.handle_alter_partition(request, cluster.now_ms))
+    assert response.response.topics[0].partitions[0].error_code == E.NONE, response.response
+
+
+def test_leaderships_go_back_to_preferred_replicas_every_check_interval(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kafka's auto.leader.rebalance.enable: after broker 1 came back, its partitions are led by
+    # 2 until the next leader imbalance check gives them back, in parts (2 here).
+    from controller import control
+
+    monkeypatch.setattr(control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
+    cluster = _cluster(3)
+    interval = cluster.config.leader_imbalance_check_interval_ms
+    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]] * 3 + [[2, 1, 3]]))
+    cluster.now_ms += SESSION_TIMEOUT_MS + 1
+    cluster.heartbeat(2)
+    cluster.heartbeat(3)
+    cluster.tick(1)  # broker 1 fenced: 2 leads everything
+    assert cluster.heartbeat(1).is_fenced is False  # back, caught up, unfenced
+    image = cluster.logic.image
+    assert {p.leader for _, _, p in image.topics.iter_partitions()} == {2}
+    # Back in the ISRs (the leader's AlterPartition), then wait for the check.
+    for pid in range(3):
+        _expand_isr(cluster, "t", pid, [2, 3, 1])
+    assert not cluster.tick().records, "not due yet"
+    cluster.now_ms += interval
+    cluster.heartbeat_all()
+    parts = [_kinds(cluster.tick()), _kinds(cluster.tick()), _kinds(cluster.tick())]
+    assert parts == [["partition_change"] * 2, ["partition_change"], []]
+    leaders = {pid: p.leader for _, pid, p in cluster.logic.image.topics.iter_partitions()}
+    assert leaders == {0: 1, 1: 1, 2: 1, 3: 2}
+    assert not cluster.tick().records, "balanced: nothing until the next interval"
+
+
+def test_no_leader_rebalance_when_the_check_is_off() -> None:
+    from controller.managers.common import ControllerConfig
+
+    cluster = TestCluster(config=ControllerConfig(leader_imbalance_check_interval_ms=0))
+    cluster.activate()
+    cluster.add_brokers([1, 2])
+    cluster.create_topics(create_topic("t", assignments=[[1, 2]]))
+    cluster.heartbeat(1, want_fence=True)
+    cluster.heartbeat(1)  # unfenced again; 2 still leads
+    _expand_isr(cluster, "t", 0, [2, 1])
+    for _ in range(3):
+        cluster.now_ms += 10 * 300_000
+        cluster.heartbeat_all()
+        assert not cluster.tick().records
+    partition = cluster.logic.image.topics.partition(cluster.topic_id("t"), 0)
+    assert partition is not None and partition.leader == 2
