@@ -542,6 +542,12 @@ class _EchoPlane:
         class NoSession:
             def close(self) -> None:
                 pass
+
+            def request_read(self) -> None:
+                pass
+
+            def answer_now(self) -> None:
+                pass
         return NoSession()
 
     async def handle_replica_fetch(self, request: pb.FetchRequest,
