@@ -528,12 +528,13 @@ class ReplicaManager:
         """Why no append is taken now, or None: until the active controller says this broker's
         metadata reached its registration, the image may be a prefix that still names this
         broker leader at an old epoch (a restart that streamed from a controller still
-        replaying its journal). Writes taken then could be acknowledged (acks=0/1) and later
-        truncated away."""
+        replaying its journal); while it is fenced, the image may still name it leader of its
+        old incarnation's partitions (moved away in parts). Writes taken then could be
+        acknowledged (acks=0/1) and later truncated away."""
         if self._metadata_caught_up():
             return None
         return NotLeaderOrFollowerError(
-            f"broker {self.broker_id} is catching up with the metadata log; retry")
+            f"broker {self.broker_id} is catching up with the metadata log or fenced; retry")
 
     async def append(self, tp: TopicIdPartition, batch: bytes, *, acks: int,
                      timeout_ms: int) -> AppendOutcome:

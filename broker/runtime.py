@@ -141,7 +141,12 @@ class BrokerRuntime:
         # The listener's own check is not enough: the controller it streams from may be a
         # restarting one that has replayed only a prefix of the log and reports that prefix's end
         # as committed; a broker that trusted it deleted every partition created later.
-        return self.lifecycle.is_caught_up and self.listener.is_caught_up
+        # And a fenced broker leads nothing: a new incarnation stays fenced while its old
+        # incarnation's leaderships move away in parts (controller/managers/cluster_control.py),
+        # and must not serve them meanwhile at their old epochs from a log that may have lost
+        # appends (a power loss).
+        return (self.lifecycle.is_caught_up and self.listener.is_caught_up
+                and not self.lifecycle.is_fenced)
 
     def _on_fatal(self, error: TidelogError) -> None:
         log.error("broker %d: fatal: %s", self.broker_id, error)

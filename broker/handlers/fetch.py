@@ -109,8 +109,9 @@ def replica_fetch_error(registry: HandlerRegistry,
                         request: pb.FetchRequest) -> TidelogError | None:
     """Why this broker refuses a follower fetch as a whole, or None.
 
-    Until this broker has registered and the active controller says its metadata caught up, it
-    may still believe in a leadership it lost while it was down: it answers no follower
+    Until this broker has registered, the active controller says its metadata caught up, and it
+    is unfenced, it may still believe in a leadership it lost while it was down (or that its
+    old incarnation held, being moved away in parts): it answers no follower
     (NOT_LEADER_OR_FOLLOWER, retriable). A follower is known by its id and the *exact* broker
     epoch of its registration in this broker's image (KIP-903): an older epoch is a previous
     incarnation whose log may have lost data; a newer one is a registration this image has not
@@ -120,8 +121,8 @@ def replica_fetch_error(registry: HandlerRegistry,
     broker_id = registry.broker_id
     if registry.broker_epoch() < 0 or not registry.metadata_caught_up():
         return NotLeaderOrFollowerError(
-            f"broker {broker_id} has not registered and caught up with the metadata "
-            "yet; it leads nothing until then")
+            f"broker {broker_id} has not registered, caught up with the metadata and been "
+            "unfenced yet; it leads nothing until then")
     registration = registry.image.cluster.broker(request.replica_id)
     if registration is None:
         return StaleBrokerEpochError(
