@@ -511,14 +511,21 @@ class ControllerLogic:
         records = self._cluster.fence_stale_brokers(self._image, now_ms)
         if not records:
             records = self._cluster.continue_unsettled(self._image)
-        if not records and self._rebalance_due_ms is not None and now_ms >= self._rebalance_due_ms:
-            records = self._replication.preferred_leader_elections(
-                self._image, FENCE_CHANGES_PER_BATCH_MAX)
-            # A full part: the next tick goes on; else the next check is an interval away.
-            self._rebalance_due_ms = now_ms + (
-                0 if len(records) >= FENCE_CHANGES_PER_BATCH_MAX
-                else self._config.leader_imbalance_check_interval_ms)
+        if not records:
+            records = self._maybe_rebalance(now_ms)
         return self._propose(records, None)
+
+    def _maybe_rebalance(self, now_ms: int) -> list[metadata_pb2.MetadataRecord]:
+        """The next part of the automatic leader rebalance, when one is due."""
+        if self._rebalance_due_ms is None or now_ms < self._rebalance_due_ms:
+            return []
+        records = self._replication.preferred_leader_elections(
+            self._image, FENCE_CHANGES_PER_BATCH_MAX)
+        # A full part: the next tick goes on; else the next check is an interval away.
+        self._rebalance_due_ms = now_ms + (
+            0 if len(records) >= FENCE_CHANGES_PER_BATCH_MAX
+            else self._config.leader_imbalance_check_interval_ms)
+        return records
 
     def start_broker_probes(
         self, now_ms: int, *, silent_ms: int, stream_ended: Iterable[int] = (), limit: int

@@ -56,9 +56,10 @@ TOPIC_NAME_LENGTH_MAX = 249
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_PER_REQUEST_MAX = 100_000
 #: Partitions a follower may fetch from one leader in one fetch session (the leader caches each,
-#: ~200 bytes). Not PARTITIONS_PER_REQUEST_MAX: on a 100,000-partition cluster one broker may
-#: lead nearly all of them after failures, and its followers must still follow it; a request
-#: lists at most PARTITIONS_PER_REQUEST_MAX, the rest in the next ones.
+#: about 560 bytes with its listed fetch: 1,000,000 would be ~560 MB). Not
+#: PARTITIONS_PER_REQUEST_MAX: on a 100,000-partition cluster one broker may lead nearly all of
+#: them after failures, and its followers must still follow it; a request lists at most
+#: PARTITIONS_PER_REQUEST_MAX, the rest in the next ones.
 PARTITIONS_PER_FETCH_SESSION_MAX = 1_000_000
 REPLICATION_FACTOR_MAX = 16
 #: Partitions one CreateTopics or CreatePartitions request may create (Kafka's

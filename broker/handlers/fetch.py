@@ -105,6 +105,14 @@ async def handle_replica_fetch(registry: HandlerRegistry, request: pb.FetchReque
     return response
 
 
+def _partition_limit(data: pb.FetchRequest.PartitionData) -> tuple[int, TidelogError | None]:
+    """A partition's byte limit in a fetch (0 = the default), or why it is refused."""
+    if data.partition_max_bytes < 0:
+        return 0, InvalidFetchSizeError(
+            f"partition_max_bytes must be > 0, got {data.partition_max_bytes}")
+    return data.partition_max_bytes or limits.PARTITION_FETCH_BYTES_MAX_DEFAULT, None
+
+
 def replica_fetch_error(registry: HandlerRegistry,
                         request: pb.FetchRequest) -> TidelogError | None:
     """Why this broker refuses a follower fetch as a whole, or None.
@@ -191,11 +199,8 @@ def _fetch_pass(registry: HandlerRegistry, request: pb.FetchRequest, targets: li
                                              high_watermark=-1, last_stable_offset=-1,
                                              log_start_offset=-1, log_end_offset=-1)
         if error is None and partition is not None:
-            limit = data.partition_max_bytes or limits.PARTITION_FETCH_BYTES_MAX_DEFAULT
-            if data.partition_max_bytes < 0:
-                error = InvalidFetchSizeError(
-                    f"partition_max_bytes must be > 0, got {data.partition_max_bytes}")
-            else:
+            limit, error = _partition_limit(data)
+            if error is None:
                 # The first batch of the response comes whole (progress); later partitions
                 # only what fits in what is left.
                 budget = min(limit, max_bytes - total)
@@ -488,11 +493,8 @@ class ReplicaFetchSession:
                 self._hosted[key] = partition
                 names[key[0]] = partition.topic_name
             if error is None and partition is not None:
-                limit = data.partition_max_bytes or limits.PARTITION_FETCH_BYTES_MAX_DEFAULT
-                if data.partition_max_bytes < 0:
-                    error = InvalidFetchSizeError(
-                        f"partition_max_bytes must be > 0, got {data.partition_max_bytes}")
-                else:
+                limit, error = _partition_limit(data)
+                if error is None:
                     budget = max(min(limit, max_bytes - total), 0)
                     self._evaluating = key
                     try:

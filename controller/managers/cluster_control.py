@@ -230,9 +230,6 @@ class ClusterControlManager:
             self._unsettled.add(registration.broker_id)  # continue_unsettled elects the rest
         return records
 
-    def is_unsettled(self, broker_id: int) -> bool:
-        return broker_id in self._unsettled
-
     def continue_unsettled(self, image: MetadataImage) -> Records:
         """The next part of one unsettled broker's changes (at most FENCE_CHANGES_PER_BATCH_MAX
         partition changes): a fenced broker's leaderships and ISR memberships move away, an

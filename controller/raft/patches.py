@@ -123,10 +123,10 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
     Long applies (tl_keep_alive, not a bug fix but an addition): pysyncobj applies committed
     entries on its tick thread between reading the network and sending append_entries, so a
-    batch that takes longer to replay than the election timeout (10,000 new partitions: ~0.5 s,
-    more on a busy machine) silenced the leader, and a follower that spent as long applying
-    started an election on its next tick, before reading the leader's messages waiting in its
-    socket. The state machine calls tl_keep_alive between records: the leader sends its
+    batch that takes longer to replay than the election timeout (10,000 new partitions: ~0.2 s
+    idle, up to 0.6 s on a busy machine) silenced the leader, and a follower that spent as long
+    applying started an election on its next tick, before reading the leader's messages waiting
+    in its socket. The state machine calls tl_keep_alive between records: the leader sends its
     append_entries as its tick would (followers learn the commit index and apply in parallel);
     a follower or candidate pushes its election deadline back by a fresh timeout (its own busy
     time is not the leader's silence; delaying an election never breaks safety).

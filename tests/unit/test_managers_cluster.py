@@ -4,9 +4,19 @@ the ISR and leader changes in the same batch, want_fence, and controlled shutdow
 
 from __future__ import annotations
 
-import pytest
-from controller_testkit import SESSION_TIMEOUT_MS, TestCluster, create_topic, register_request
+import random
+from typing import Any
 
+import pytest
+from controller_testkit import (
+    CLUSTER_ID,
+    SESSION_TIMEOUT_MS,
+    TestCluster,
+    create_topic,
+    register_request,
+)
+
+from controller.control import ControllerLogic, ControllerResult
 from controller.managers import cluster_control
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from tidelog.v1 import common_pb2
@@ -109,15 +119,21 @@ def test_fenced_after_session_timeout_with_isr_and_leader_changes() -> None:
     assert p1 is not None and p1.leader == 2 and p1.isr == (2, 3) and p1.leader_epoch == 0
 
 
-def test_a_broker_in_more_isrs_than_a_batch_holds_is_fenced_in_parts(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The bound is 2,000 changes; 2 here so that a small topic needs three parts.
-    monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
+def _five_partitions_and_broker_1_silent() -> TestCluster:
+    """Three brokers, five partitions on [1, 2, 3]; broker 1's session expired, not yet fenced."""
     cluster = _cluster(3)
     cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]] * 5))
     cluster.now_ms += SESSION_TIMEOUT_MS + 1
     cluster.heartbeat(2)
     cluster.heartbeat(3)
+    return cluster
+
+
+def test_a_broker_in_more_isrs_than_a_batch_holds_is_fenced_in_parts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bound is 2,000 changes; 2 here so that a small topic needs three parts.
+    monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
+    cluster = _five_partitions_and_broker_1_silent()
     parts = [[r.WhichOneof("record") for r in cluster.tick(1).records] for _ in range(3)]
     assert parts == [["partition_change"] * 2, ["partition_change"] * 2,
                      ["fence_broker", "partition_change"]]
@@ -130,8 +146,8 @@ def test_a_broker_in_more_isrs_than_a_batch_holds_is_fenced_in_parts(
     assert not cluster.tick(1).records  # nothing left to do
 
 
-def _kinds(result: object) -> list[str]:
-    return [r.WhichOneof("record") for r in result.records]  # type: ignore[attr-defined]
+def _kinds(result: ControllerResult[Any]) -> list[str]:
+    return [r.WhichOneof("record") for r in result.records]
 
 
 def test_a_new_incarnation_in_more_isrs_than_a_batch_holds_stays_fenced_until_all_moved(
@@ -139,11 +155,7 @@ def test_a_new_incarnation_in_more_isrs_than_a_batch_holds_stays_fenced_until_al
     # At 100,000 partitions the old incarnation's changes made one 1.9 MB batch, refused by the
     # quorum, so the restarted broker could never register. 2 here: three parts for five.
     monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
-    cluster = _cluster(3)
-    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]] * 5))
-    cluster.now_ms += SESSION_TIMEOUT_MS + 1
-    cluster.heartbeat(2)
-    cluster.heartbeat(3)
+    cluster = _five_partitions_and_broker_1_silent()
     result = cluster.submit(cluster.logic.handle_register_broker(
         register_request(1, generation=2), cluster.now_ms))
     assert _kinds(result) == ["register_broker", "partition_change", "partition_change"]
@@ -184,13 +196,16 @@ def test_a_new_active_controller_settles_every_broker_before_unfencing_one(
     # Which brokers had changes left is soft state: a new active controller looks at each
     # once, on its first ticks, and unfences nobody before it did.
     monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
-    cluster = _cluster(3)
-    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]] * 5))
-    cluster.now_ms += SESSION_TIMEOUT_MS + 1
-    cluster.heartbeat(2)
-    cluster.heartbeat(3)
+    cluster = _five_partitions_and_broker_1_silent()
     cluster.register(1, generation=2)  # two of five moved
+    # Another controller becomes active: it has replayed the log, but none of this one's soft
+    # state (which brokers had changes left).
     cluster.logic.on_resign()
+    other = ControllerLogic(node_id=1, cluster_id=CLUSTER_ID, rng=random.Random(1),
+                            config=cluster.config)
+    for base, batch in cluster.log:
+        other.replay_batch(list(batch), base)
+    cluster.logic = other
     cluster.activate()
     assert cluster.heartbeat(1).is_fenced
     parts = [_kinds(cluster.tick()) for _ in range(3)]
