@@ -234,9 +234,8 @@ def new_topics(cluster: FakeCluster, count: int, partitions: int = 1) -> list[st
     return names
 
 
-#: Batches wait for flush(): the Metadata requests counted are the sends' own (the fake has no
-#: ProduceStream, and a grpc-aio server sometimes ends one with INTERNAL: a retriable error
-#: that asks for a refresh, as it should).
+#: Batches wait for flush(): the Metadata requests counted are the sends' own, not those of
+#: retries of batches sent meanwhile.
 HELD = dict(linger_ms=100_000, delivery_timeout_ms=200_000)
 
 

@@ -61,8 +61,7 @@ def test_a_flush_sends_one_produce_request_per_leader(cluster: FakeCluster) -> N
     cluster.create_topic(name, PARTITIONS)
     before = len(cluster.produce_requests)
     with Producer(cluster.bootstrap, linger_ms=100_000, delivery_timeout_ms=200_000) as p:
-        # Unary Produce calls, each seen by the fake (it has no ProduceStream, and a grpc-aio
-        # server sometimes ends one with INTERNAL: a retry, which would split the count).
+        # Unary Produce calls from the start, each seen by the fake (it has no ProduceStream).
         p._conns.multiplex = p._conns.call  # type: ignore[method-assign]
         futures = [p.send(name, b"v", partition=i) for i in range(PARTITIONS)]
         p.flush()
