@@ -340,7 +340,7 @@ class _Handlers:
         self.handlers = handlers
 
 
-def _add_implemented(servicer: "FakeBroker", server: Any) -> None:
+def _add_implemented(servicer: FakeBroker, server: Any) -> None:
     """Register only the methods the fake implements. A method it lacks (ProduceStream, as in
     an older build) is then unknown to the server, which answers UNIMPLEMENTED before reading
     anything; the generated stand-in raised NotImplementedError instead, which grpc-aio
