@@ -8,10 +8,19 @@ waits until every partition has a leader and its full ISR, lets it settle, and t
 every node's CPU (utime + stime from /proc over ``--idle-seconds``) and RSS while nothing is
 produced or consumed. After the last step, with everything still in place:
 
+* ``few_partitions``: one producer (default configs) writes 100-byte records to a new
+  3-partition topic for ``--few-seconds`` and one consumer reads them back: records/s each way.
+  ``few_partitions_empty`` is the same on a fresh, empty cluster started for it alone before
+  the main one (so its writes do not weigh on the idle figures);
+
 * ``first_send_ms``: a producer that already knows the cluster sends one record to a topic it
   has not used yet (created just before), median of 5;
 * ``produce_spread``: one producer with default configs writes 100-byte records round-robin
   over ``--spread-partitions`` partitions of the existing topics for ``--seconds``: records/s;
+* ``consume_spread``: one consumer with default configs, assigned those partitions, reads
+  every record the spread producer wrote: records/s; then, caught up and still polling, the
+  brokers' CPU for ``--idle-seconds`` (``idle_consumer``: what an idle consumer of that many
+  partitions costs; its fetch sessions carry only what changed);
 * ``restart_full_isr_s``: a broker stopped with SIGTERM and started again; seconds from its
   start to every partition having its full ISR again;
 * ``kill9_leadership_moved_s``: a broker killed with SIGKILL; seconds until no partition names
@@ -37,7 +46,7 @@ from typing import Any
 
 import grpc
 
-from tidelog import Admin, NewTopic, Producer, limits
+from tidelog import Admin, Consumer, NewTopic, Producer, TopicPartition, limits
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc
@@ -64,12 +73,14 @@ def rss_mib(pid: int) -> float:
         return int(f.read().split()[1]) * PAGE_BYTES / 2**20
 
 
-def idle_figures(cluster: LocalCluster, seconds: float) -> dict[str, dict[str, float]]:
-    """Each running node's CPU (cores) and RSS over ``seconds`` of doing nothing."""
+def idle_figures(cluster: LocalCluster, seconds: float,
+                 meanwhile: Callable[[float], None] = time.sleep) -> dict[str, dict[str, float]]:
+    """Each running node's CPU (cores) and RSS over ``seconds`` of doing nothing (but
+    ``meanwhile(seconds)``)."""
     pids = {name: spec.pid for name, spec in cluster.nodes.items()
             if spec.pid and cluster.is_running(name)}
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    time.sleep(seconds)
+    meanwhile(seconds)
     return {name: {"cpu_cores": round((cpu_seconds(pid) - before[name]) / seconds, 4),
                    "rss_mib": round(rss_mib(pid), 1)} for name, pid in pids.items()}
 
@@ -170,9 +181,8 @@ def first_send_ms(bootstrap: str, admin: Admin) -> float:
     return round(statistics.median(samples), 1)
 
 
-def produce_spread(bootstrap: str, topics: list[tuple[str, int]], partitions: int,
+def produce_spread(bootstrap: str, targets: list[tuple[str, int]],
                    seconds: float) -> dict[str, float]:
-    targets = [(t, p) for t, n in topics for p in range(n)][:partitions]
     sent = 0
     with Producer(bootstrap) as producer:
         started = time.perf_counter()
@@ -188,6 +198,62 @@ def produce_spread(bootstrap: str, topics: list[tuple[str, int]], partitions: in
         failed = sum(1 for f in futures if f.exception(timeout=0) is not None)
     return {"partitions": len(targets), "records": sent, "failed": failed,
             "seconds": round(elapsed, 2), "records_per_s": round(sent / elapsed)}
+
+
+def few_partitions(bootstrap: str, admin: Admin, topic: str, seconds: float,
+                   timeout_s: float) -> dict[str, Any]:
+    """Produce to a new 3-partition topic for ``seconds``, then consume it all: records/s."""
+    admin.create_topics([NewTopic(topic, 3, 3)]).all()
+    produced = produce_spread(bootstrap, [(topic, p) for p in range(3)], seconds)
+    targets = [TopicPartition(topic, p) for p in range(3)]
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign(targets)
+        got = 0
+        started = time.perf_counter()
+        deadline = started + timeout_s
+        while got < produced["records"] and time.perf_counter() < deadline:  # bounded
+            got += len(consumer.poll(timeout_ms=500))
+        elapsed = time.perf_counter() - started
+    return {"produce_records_per_s": produced["records_per_s"],
+            "consume_records_per_s": round(got / elapsed) if elapsed else 0,
+            "records": got}
+
+
+def few_on_an_empty_cluster(base: str, seconds: float, timeout_s: float) -> dict[str, Any]:
+    """:func:`few_partitions` on a cluster of its own, started and stopped here."""
+    cluster = LocalCluster.create(base, controllers=3, brokers=3)
+    try:
+        cluster.start_all()
+        cluster.wait_ready()
+        with Admin(cluster.bootstrap) as admin:
+            return few_partitions(cluster.bootstrap, admin, "scale-few", seconds, timeout_s)
+    finally:
+        cluster.stop_all()
+
+
+def consume_spread(cluster: LocalCluster, targets: list[tuple[str, int]], records: int,
+                   idle_s: float, timeout_s: float) -> dict[str, Any]:
+    """One consumer (default configs) assigned ``targets`` reads ``records`` from the start;
+    then, caught up, it keeps polling for ``idle_s`` while the brokers' CPU is measured."""
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(t, p) for t, p in targets])
+        got = 0
+        started = time.perf_counter()
+        deadline = started + timeout_s
+        while got < records and time.perf_counter() < deadline:  # bounded by time
+            got += len(consumer.poll(timeout_ms=500))
+        elapsed = time.perf_counter() - started
+        consumer.poll(timeout_ms=500)  # the last positions listed: the sessions hold them
+
+        def keep_polling(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                consumer.poll(timeout_ms=max(1, int((end - time.monotonic()) * 1000)))
+        idle = idle_figures(cluster, idle_s, keep_polling)
+    brokers = [v["cpu_cores"] for n, v in idle.items() if cluster.nodes[n].is_broker]
+    return {"partitions": len(targets), "records": got, "seconds": round(elapsed, 2),
+            "records_per_s": round(got / elapsed) if elapsed else 0,
+            "idle_consumer_broker_cpu_cores_max": max(brokers)}
 
 
 def restart_full_isr(cluster: LocalCluster, meta: Metadata, name: str, expected: int,
@@ -237,7 +303,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_avg_at_start": os.getloadavg()}}
     with tempfile.TemporaryDirectory(prefix="tidelog-scale-") as tmp:
         base = args.dir or tmp  # --dir keeps the nodes' logs and data for a look afterwards
-        cluster = LocalCluster.create(base, controllers=3, brokers=3)
+        if args.few_seconds > 0:
+            few = result["few_partitions_empty"] = few_on_an_empty_cluster(
+                os.path.join(base, "empty"), args.few_seconds, args.timeout)
+            log(f"empty cluster: 3 busy partitions produce {few['produce_records_per_s']:,} "
+                f"records/s, consume {few['consume_records_per_s']:,} records/s")
+        cluster = LocalCluster.create(os.path.join(base, "main"), controllers=3, brokers=3)
         meta = Metadata(cluster)
         try:
             cluster.start_all()
@@ -274,6 +345,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         (last["broker_rss_mib_max"] - first["broker_rss_mib_max"]) * 1024
                         / replicas, 2)
                 expected = have
+                if args.few_seconds > 0:
+                    few = result["few_partitions"] = few_partitions(
+                        bootstrap, admin, "scale-few", args.few_seconds, args.timeout)
+                    log(f"{have:,} partitions: 3 busy partitions produce "
+                        f"{few['produce_records_per_s']:,} records/s, consume "
+                        f"{few['consume_records_per_s']:,} records/s")
+                    expected += 3
                 admin.create_topics([NewTopic("scale-warmup", 1, 3)]).all()
                 expected += 1
                 result["first_send_ms"] = first_send_ms(bootstrap, admin)
@@ -284,10 +362,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     assert md is not None
                     topics = [(t.name, len(t.partitions)) for t in md.topics
                               if t.name.startswith("scale-0")]
-                    result["produce_spread"] = produce_spread(
-                        bootstrap, topics, args.spread_partitions, args.seconds)
-                    log(f"produce spread over {result['produce_spread']['partitions']:,} "
-                        f"partitions: {result['produce_spread']['records_per_s']:,} records/s")
+                    targets = [(t, p) for t, n in topics
+                               for p in range(n)][:args.spread_partitions]
+                    spread = result["produce_spread"] = produce_spread(
+                        bootstrap, targets, args.seconds)
+                    log(f"produce spread over {spread['partitions']:,} "
+                        f"partitions: {spread['records_per_s']:,} records/s")
+                    consumed = result["consume_spread"] = consume_spread(
+                        cluster, targets, int(spread["records"] - spread["failed"]),
+                        args.idle_seconds, args.timeout)
+                    log(f"consume spread over {consumed['partitions']:,} partitions: "
+                        f"{consumed['records']:,} records at {consumed['records_per_s']:,} "
+                        f"records/s; idle and polling, the brokers' CPU "
+                        f"{consumed['idle_consumer_broker_cpu_cores_max']} cores")
                 result["restart_full_isr_s"] = restart_full_isr(
                     cluster, meta, "broker-2", expected, args.timeout)
                 log(f"broker-2 restarted: full ISRs after {result['restart_full_isr_s']} s")
@@ -317,6 +404,8 @@ def main() -> None:
     parser.add_argument("--spread-partitions", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="length of the produce-spread phase")
+    parser.add_argument("--few-seconds", type=float, default=5.0,
+                        help="length of the few-partitions produce phases (0: skip them)")
     parser.add_argument("--dir", default="",
                         help="cluster directory to keep (default: a temporary one, removed)")
     parser.add_argument("--timeout", type=float, default=600.0,

@@ -23,6 +23,11 @@ every :meth:`~FollowerFetchWaiters.wake` of a partition also marks it dirty in t
 hold it (O(sessions), a handful: one per follower broker), which wakes a parked round. So a
 parked session costs nothing per partition, where a watching fetch costs two set operations per
 partition it asked for.
+
+Consumer fetches on a FetchStream that asked for a session (broker.handlers.consumer_session) do
+the same with :class:`ConsumerFetchWaiters`, with one difference: there can be many consumers,
+so the sessions are indexed by the partitions they hold and a wake costs the sessions holding
+that partition, not every session.
 """
 
 from __future__ import annotations
@@ -33,7 +38,13 @@ from typing import Protocol
 
 from tidelog.invariants import InvariantViolation, check
 
-__all__ = ["DELAYED_FETCHES_MAX", "FetchSessionWaiter", "FetchWaiters", "FollowerFetchWaiters"]
+__all__ = [
+    "DELAYED_FETCHES_MAX",
+    "ConsumerFetchWaiters",
+    "FetchSessionWaiter",
+    "FetchWaiters",
+    "FollowerFetchWaiters",
+]
 
 #: Fetches that may wait at once per kind (Kafka bounds its purgatories by memory only).
 DELAYED_FETCHES_MAX = 10_000
@@ -172,6 +183,65 @@ class FollowerFetchWaiters(FetchWaiters):
             for session in self._sessions:
                 if session.replica_id in ids:
                     session.mark_all_dirty()
+
+    def wake_all(self) -> None:
+        super().wake_all()
+        for session in self._sessions:
+            session.wake()
+
+
+class ConsumerFetchWaiters(FetchWaiters):
+    """The consumer waiters: unary fetches watching keys, plus the consumers' fetch sessions,
+    each registered under the partitions it holds (:meth:`track`), which every :meth:`wake` of
+    a partition marks dirty (see the module doc)."""
+
+    def __init__(self, *, waiters_max: int = DELAYED_FETCHES_MAX) -> None:
+        super().__init__(waiters_max=waiters_max)
+        self._sessions: dict[FetchSessionWaiter, None] = {}
+        self._holding: dict[Hashable, dict[FetchSessionWaiter, None]] = {}
+
+    def __len__(self) -> int:
+        """Fetches waiting now: watching ones and parked session rounds."""
+        return super().__len__() + sum(1 for s in self._sessions if s.parked)
+
+    @property
+    def sessions(self) -> tuple[FetchSessionWaiter, ...]:
+        return tuple(self._sessions)
+
+    def add_session(self, session: FetchSessionWaiter) -> None:
+        self._sessions[session] = None
+
+    def remove_session(self, session: FetchSessionWaiter, keys: Iterable[Hashable]) -> None:
+        """The session ended; ``keys``: the partitions it still held."""
+        self.untrack(session, keys)
+        self._sessions.pop(session, None)
+
+    def track(self, session: FetchSessionWaiter, keys: Iterable[Hashable]) -> None:
+        """``session`` now holds ``keys``: their wakes mark it dirty."""
+        for key in keys:
+            self._holding.setdefault(key, {})[session] = None
+
+    def untrack(self, session: FetchSessionWaiter, keys: Iterable[Hashable]) -> None:
+        """``session`` no longer holds ``keys``."""
+        for key in keys:
+            holders = self._holding.get(key)
+            if holders is not None:
+                holders.pop(session, None)
+                if not holders:
+                    del self._holding[key]
+
+    def holders(self, key: Hashable) -> int:
+        """How many sessions hold ``key`` (tests)."""
+        return len(self._holding.get(key, ()))
+
+    def wake(self, key: Hashable) -> int:
+        """Resolve the futures watching ``key`` and mark it dirty in the sessions holding it;
+        returns how many futures."""
+        holders = self._holding.get(key)
+        if holders:
+            for session in tuple(holders):
+                session.mark_dirty(key)
+        return super().wake(key)
 
     def wake_all(self) -> None:
         super().wake_all()

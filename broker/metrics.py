@@ -182,6 +182,11 @@ class BrokerMetrics:
             "UNAUTHENTICATED (a wrong or unknown SCRAM credential, a mechanism not enabled, or "
             "none where [sasl] required), by mechanism (each also logged by tidelog.audit)",
             ["mechanism"], registry=registry)
+        self.fetch_session_partitions = Counter(
+            p + "fetch_session_partitions", "partitions of fetch sessions (KIP-227) listed in "
+            "requests, evaluated by the broker and answered, by kind (follower, consumer): "
+            "evaluated grows with the partitions that changed, not with the ones a session "
+            "holds", ["kind", "step"], registry=registry)
         #: leader_count ... log_size_bytes: computed when /metrics is scraped (module doc).
         self.partition_gauges = PartitionGaugeCollector()
         registry.register(self.partition_gauges)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from broker.alter_partition import AlterPartitionManager
-from broker.delayed import FetchWaiters, FollowerFetchWaiters
+from broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
 from broker.fetcher import (
     FETCH_BACKOFF_MS_DEFAULT,
     GrpcReplicaTransport,
@@ -218,7 +218,8 @@ class ReplicaManager:
         self._ineligible: frozenset[int] = frozenset()
         # ReplicaService fetches wait for data; FetchStream fetch sessions are marked dirty.
         self._follower_waiters = FollowerFetchWaiters()
-        self._consumer_waiters = FetchWaiters()  # BrokerService fetches: wait for the HW
+        # BrokerService fetches wait for the HW; consumers' fetch sessions are marked dirty.
+        self._consumer_waiters = ConsumerFetchWaiters()
         self.producer_ids = ProducerIdManager(broker_id=broker_id, broker_epoch=broker_epoch,
                                               controller=controller)
         self._alter_partition = AlterPartitionManager(
@@ -313,7 +314,7 @@ class ReplicaManager:
         return self._follower_waiters
 
     @property
-    def consumer_waiters(self) -> FetchWaiters:
+    def consumer_waiters(self) -> ConsumerFetchWaiters:
         """Consumer fetches wait here for the HW (woken by its moves, role changes, deletion)."""
         return self._consumer_waiters
 

@@ -23,6 +23,7 @@ from broker.authz.groups import GroupChecks
 from broker.authz.principal import ANONYMOUS, Who
 from broker.authz.rpcs import Checks, refused_admin_response
 from broker.handlers import DataPlaneHandlers
+from broker.handlers.consumer_session import ConsumerFetchSession
 from broker.handlers.groups import client_identity
 from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
@@ -263,19 +264,37 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                           context: Any) -> AsyncIterator[pb.FetchResponse]:
         """Consumer fetches over one stream: one answer per request, in order, through the same
         handler as the unary call; at most FETCH_STREAM_IN_FLIGHT_MAX requests read and not
-        answered (broker.stream_limits), so a client that never reads is pushed back."""
+        answered (broker.stream_limits), so a client that never reads is pushed back. A request
+        that asks for a fetch session (open_session, or a session epoch) goes to the stream's
+        session (broker.handlers.consumer_session), opened with its first such request and
+        ended with the stream, however it ends."""
 
         plane = self.rt.data_plane
         who = self._who(context)
+        session: ConsumerFetchSession | None = None
 
         async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
-            return await self.checks.fetch(who, request, plane.handle_fetch)
+            nonlocal session
+            if not (request.open_session or request.session_epoch):
+                return await self.checks.fetch(who, request, plane.handle_fetch)
+            if session is None:
+                session = plane.open_consumer_fetch_session()
+            held = session
+            refused = held.refusal_for_acls(self.checks.acl_version())
+            if refused is not None:
+                return refused
+            return await self.checks.fetch(
+                who, request, lambda allowed: plane.handle_session_fetch(allowed, held))
 
-        # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
-        async with aclosing(serve_bounded(requests, answer, FETCH_STREAM_LIMITS,
-                                          ordered=True)) as answers:
-            async for response in answers:
-                yield response
+        try:
+            # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
+            async with aclosing(serve_bounded(requests, answer, FETCH_STREAM_LIMITS,
+                                              ordered=True)) as answers:
+                async for response in answers:
+                    yield response
+        finally:
+            if session is not None:
+                session.close()
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest,
                           context: Any) -> pb.ListOffsetsResponse:

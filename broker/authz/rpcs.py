@@ -93,6 +93,9 @@ class Checks:
             return set()
         return {n for n in set(names) if not self.gate.allows(who, operation, kind, n)}
 
+    def acl_version(self) -> object:
+        return self.gate.acl_version()
+
     def cluster(self, who: Who, operation: str) -> bool:
         return self.gate.allows(who, operation, "cluster", CLUSTER_NAME)
 

@@ -6,7 +6,8 @@ Each ``handle_<rpc>(registry, request)`` takes the partition registry, through t
 client sends makes one raise (errors are codes in the response).
 
 * :mod:`.produce` — Produce (through the registry's typed append);
-* :mod:`.fetch` — consumer Fetch and the follower's ReplicaService.Fetch, with the long-poll;
+* :mod:`.fetch` — consumer Fetch and the follower's ReplicaService.Fetch, with the long-poll,
+  and the followers' fetch sessions; :mod:`.consumer_session` — the consumers' ones;
 * :mod:`.offsets` — ListOffsets;
 * :mod:`.logs` — DescribeLogs;
 * :mod:`.producer_ids` — InitProducerId;
@@ -21,7 +22,13 @@ holds and broker/service.py's servicers call.
 from __future__ import annotations
 
 from broker.handlers.common import HandlerRegistry
-from broker.handlers.fetch import ReplicaFetchSession, handle_fetch, handle_replica_fetch
+from broker.handlers.consumer_session import ConsumerFetchSession
+from broker.handlers.fetch import (
+    ReplicaFetchSession,
+    handle_fetch,
+    handle_replica_fetch,
+    handle_session_fetch,
+)
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.logs import handle_describe_logs
 from broker.handlers.offsets import handle_list_offsets
@@ -58,6 +65,15 @@ class DataPlaneHandlers:
                                    session: ReplicaFetchSession | None = None
                                    ) -> pb.FetchResponse:
         return await handle_replica_fetch(self.registry, request, session)
+
+    async def handle_session_fetch(self, request: pb.FetchRequest,
+                                   session: ConsumerFetchSession) -> pb.FetchResponse:
+        """A consumer's fetch within its FetchStream's session (after the gate)."""
+        return await handle_session_fetch(self.registry, request, session)
+
+    def open_consumer_fetch_session(self) -> ConsumerFetchSession:
+        """A consumer FetchStream's fetch session; the stream's end must close it."""
+        return ConsumerFetchSession(self.registry)
 
     def open_replica_fetch_session(self) -> ReplicaFetchSession:
         """A FetchStream's fetch session; the stream's end must close it."""

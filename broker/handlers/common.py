@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from broker.delayed import FetchWaiters, FollowerFetchWaiters
+from broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.partition_writer import AppendOutcome, PendingAppend, TopicIdPartition
@@ -54,8 +54,8 @@ class HandlerRegistry(Protocol):
         ...
 
     @property
-    def consumer_waiters(self) -> FetchWaiters:
-        """Consumer fetches wait here for the HW."""
+    def consumer_waiters(self) -> ConsumerFetchWaiters:
+        """Consumer fetches wait here for the HW; consumers' fetch sessions register here."""
         ...
 
     def broker_epoch(self) -> int: ...

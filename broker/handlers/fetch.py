@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from broker.handlers.common import HandlerRegistry, error_code, set_error
 from broker.metrics import outcome_of
@@ -47,6 +47,9 @@ from tidelog.errors import (
 )
 from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
+
+if TYPE_CHECKING:
+    from broker.handlers.consumer_session import ConsumerFetchSession
 
 __all__ = [
     "FETCH_PASSES_MAX",
@@ -69,9 +72,27 @@ _Target = tuple[str, bytes | None, pb.FetchRequest.PartitionData, Partition | No
 
 
 async def handle_fetch(registry: HandlerRegistry, request: pb.FetchRequest) -> pb.FetchResponse:
-    """A consumer's long-poll: whole batches below the HW, leaders only."""
+    """A consumer's long-poll: whole batches below the HW, leaders only. Without a session:
+    the unary call keeps none (a session epoch is refused)."""
     started = time.perf_counter()
-    response = await _long_poll(registry, request, follower=False)
+    if request.session_epoch != FULL_SESSION_EPOCH:
+        error = InvalidFetchSessionEpochError(
+            f"session epoch {request.session_epoch}: only BrokerService.FetchStream keeps "
+            "consumer fetch sessions")
+        response = pb.FetchResponse(error_code=error_code(error.code), error_message=error.message)
+    else:
+        response = await _long_poll(registry, request, follower=False)
+    if registry.metrics is not None:
+        result = outcome_of(response.error_code, response.topics)
+        registry.metrics.latency["fetch", result].observe(time.perf_counter() - started)
+    return response
+
+
+async def handle_session_fetch(registry: HandlerRegistry, request: pb.FetchRequest,
+                               session: ConsumerFetchSession) -> pb.FetchResponse:
+    """A consumer's fetch within its FetchStream's session (broker.handlers.consumer_session)."""
+    started = time.perf_counter()
+    response = await session.serve(request)
     if registry.metrics is not None:
         result = outcome_of(response.error_code, response.topics)
         registry.metrics.latency["fetch", result].observe(time.perf_counter() - started)
@@ -105,7 +126,7 @@ async def handle_replica_fetch(registry: HandlerRegistry, request: pb.FetchReque
     return response
 
 
-def _partition_limit(data: pb.FetchRequest.PartitionData) -> tuple[int, TidelogError | None]:
+def partition_limit(data: pb.FetchRequest.PartitionData) -> tuple[int, TidelogError | None]:
     """A partition's byte limit in a fetch (0 = the default), or why it is refused."""
     if data.partition_max_bytes < 0:
         return 0, InvalidFetchSizeError(
@@ -199,7 +220,7 @@ def _fetch_pass(registry: HandlerRegistry, request: pb.FetchRequest, targets: li
                                              high_watermark=-1, last_stable_offset=-1,
                                              log_start_offset=-1, log_end_offset=-1)
         if error is None and partition is not None:
-            limit, error = _partition_limit(data)
+            limit, error = partition_limit(data)
             if error is None:
                 # The first batch of the response comes whole (progress); later partitions
                 # only what fits in what is left.
@@ -280,6 +301,17 @@ class FetchSessionStats:
     answered: int = 0
     #: The last round's (listed, evaluated, answered).
     last: tuple[int, int, int] = (0, 0, 0)
+
+
+def count_round(registry: HandlerRegistry, kind: str, last: tuple[int, int, int]) -> None:
+    """Count a session round's (listed, evaluated, answered) partitions in the broker's
+    tidelog_broker_fetch_session_partitions_total."""
+    metrics = registry.metrics
+    if metrics is not None:
+        counter = metrics.fetch_session_partitions
+        for step, count in zip(("listed", "evaluated", "answered"), last, strict=True):
+            if count:
+                counter.labels(kind, step).inc(count)
 
 
 class ReplicaFetchSession:
@@ -467,6 +499,7 @@ class ReplicaFetchSession:
         stats.evaluated += evaluated
         stats.answered += len(answers)
         stats.last = (len(listed), evaluated, len(answers))
+        count_round(self._registry, "follower", stats.last)
         return response
 
     def _evaluate(self, request: pb.FetchRequest, keys: Iterable[PartitionKey],
@@ -493,7 +526,7 @@ class ReplicaFetchSession:
                 self._hosted[key] = partition
                 names[key[0]] = partition.topic_name
             if error is None and partition is not None:
-                limit, error = _partition_limit(data)
+                limit, error = partition_limit(data)
                 if error is None:
                     budget = max(min(limit, max_bytes - total), 0)
                     self._evaluating = key

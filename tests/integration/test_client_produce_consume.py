@@ -8,6 +8,9 @@ What it checks, with acks=all, replication factor 3 and min.insync.replicas=2:
   every acknowledged record is in the log exactly once, no record appears twice (idempotence
   turns the client's retries into no-ops), and one producer's records keep their order;
 - a consumer follows the leader to another broker (controlled shutdown moves it);
+- an idle consumer of 300 partitions fetches within sessions (KIP-227): after its full requests,
+  its rounds list and evaluate next to nothing (the brokers' fetch-session counters), and a
+  record produced meanwhile still reaches it at once;
 - back-pressure and timeouts: with the only replica's broker paused (SIGSTOP), send() blocks on a
   full buffer and raises RequestTimedOutError after max_block_ms, queued records fail with
   RequestTimedOutError after delivery_timeout_ms, and the producer works again once it resumes;
@@ -21,8 +24,10 @@ itself once it lands. Waits are bounded polls on what the cluster reports.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -260,6 +265,62 @@ def _polled(consumer: Consumer, count: int) -> list[ConsumerRecord]:
     records = consumer.poll(timeout_ms=200)
     assert len(records) >= count
     return records
+
+
+def _poll_until(consumer: Consumer, count: int) -> list[ConsumerRecord]:
+    out: list[ConsumerRecord] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(out) < count:
+        assert time.monotonic() < deadline, f"{len(out)} of {count} records polled"
+        out += consumer.poll(timeout_ms=200)
+    return out
+
+
+def _consumer_session_counts(cluster: ClusterHarness) -> dict[str, float]:
+    """tidelog_broker_fetch_session_partitions_total{kind="consumer"} per step, all brokers,
+    and the fetch requests answered (request_latency_seconds_count{api="fetch"})."""
+    counts = {"listed": 0.0, "evaluated": 0.0, "answered": 0.0, "requests": 0.0}
+    session_line = re.compile(r'tidelog_broker_fetch_session_partitions_total\{kind="consumer",'
+                              r'step="(\w+)"\} (\S+)')
+    requests_line = re.compile(r'tidelog_broker_request_latency_seconds_count\{api="fetch",'
+                               r'outcome="\w+"\} (\S+)')
+    for name in cluster.broker_names:
+        port = cluster.node(name).metrics_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for step, value in session_line.findall(text):
+            counts[step] += float(value)
+        counts["requests"] += sum(float(v) for v in requests_line.findall(text))
+    return counts
+
+
+def test_an_idle_consumer_fetches_only_what_changed(healthy: ClusterHarness) -> None:
+    partitions = 300
+    create(healthy, "sessions", partitions, 3)
+    tps = [TopicPartition("sessions", p) for p in range(partitions)]
+    with Producer(healthy.bootstrap, acks="all", **PRODUCER) as producer:  # type: ignore[arg-type]
+        for p in range(10):
+            producer.send("sessions", b"before", partition=p)
+    with Consumer(healthy.bootstrap, auto_offset_reset="earliest", **CONSUMER) as consumer:
+        consumer.assign(tps)
+        assert len(_poll_until(consumer, 10)) == 10
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:  # the last positions listed; a bounded wait
+            assert consumer.poll(timeout_ms=200) == []
+        before = _consumer_session_counts(healthy)
+        assert before["listed"] >= partitions, "the full requests listed every partition"
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # idle: 3 s of 200 ms long-polls to 3 leaders
+            assert consumer.poll(timeout_ms=200) == []
+        idle = _consumer_session_counts(healthy)
+        assert idle["requests"] - before["requests"] >= 10, "the consumer kept fetching"
+        # Without sessions every round would list and evaluate all 300 (about 45 rounds).
+        assert idle["listed"] - before["listed"] <= 5
+        assert idle["evaluated"] - before["evaluated"] <= 5
+        with Producer(healthy.bootstrap, **PRODUCER) as producer:
+            producer.send("sessions", b"during", partition=123).result(WAIT_S)
+        [record] = _poll_until(consumer, 1)
+        assert (record.partition, record.value) == (123, b"during")
 
 
 def test_back_pressure_and_timeouts(healthy: ClusterHarness) -> None:

@@ -8,7 +8,11 @@ result (``FetchDone``, ``ResetDone``) back through ``post``; all state is in the
 :class:`~tidelog.client._fetcher.SubscriptionState`, touched by the application thread only.
 
 One fetch is in flight per leader, covering every fetchable partition it leads whose fetched
-records are used up (the prefetch, bounded to one response per leader). Errors meaning stale
+records are used up (the prefetch, bounded to one response per leader). Each leader's fetches
+run in a fetch session (tidelog.client._fetch_session, KIP-227): after a full first request, a
+request lists only the partitions whose (offset, leader epoch) changed and forgets the ones not
+fetched now, and an answer carries only the partitions with something new; any failure or
+request-level error resets it to a full request. Errors meaning stale
 metadata apply the leader hint and refresh; retriable ones back the partition off; others are
 kept in ``pending_error`` for poll() to raise. A partition waiting for its committed offset
 (a group member's new partition) is neither reset nor fetched until it has a position.
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidelog.client._fetch_session import FetchSessionHandler
 from tidelog.client._fetcher import (
     CorruptRecordError,
     NoOffsetForPartitionError,
@@ -36,6 +41,7 @@ from tidelog.client._metadata import (
 from tidelog.client.records import ConsumerRecord, TopicPartition
 from tidelog.errors import (
     ErrorCode,
+    InvalidFetchSessionEpochError,
     RequestTimedOutError,
     TidelogError,
     UnknownTopicOrPartitionError,
@@ -89,6 +95,9 @@ class FetchManager:
         self._backoff = backoff
         self._post = post
         self._fetch_in_flight: set[int] = set()
+        #: The fetch session with each broker (tidelog.client._fetch_session): after a full
+        #: request, a fetch lists only the partitions whose (offset, leader epoch) changed.
+        self._sessions: dict[int, FetchSessionHandler[TopicPartition, tuple[int, int]]] = {}
         #: Partitions given fetched records (in the order they came), as a set: what collect()
         #: looks at, rather than every assigned partition. A partition whose records are gone
         #: (returned, sought, reset, unassigned) leaves it when collect() next meets it.
@@ -194,7 +203,7 @@ class FetchManager:
                 continue
             address = snap.address_of(node)
             assert address is not None  # leader_of only names brokers with an address
-            request = self._fetch_request(parts)
+            request = self._fetch_request(node, parts)
             in_flight.add(node)
             self._io.submit(self._fetch(node, address, request, parts))
 
@@ -216,22 +225,37 @@ class FetchManager:
                     break
         return found
 
-    def _fetch_request(self, parts: dict[TopicPartition, int]) -> broker_pb2.FetchRequest:
+    def _fetch_request(self, node: int,
+                       parts: dict[TopicPartition, int]) -> broker_pb2.FetchRequest:
+        """The request to ``node`` for ``parts`` within its fetch session: every partition in a
+        full request, else the ones whose (offset, leader epoch) changed and the ones to forget."""
+        leader_epoch = self._metadata.snapshot.leader_epoch
+        wanted = {tp: (offset, leader_epoch(tp)) for tp, offset in parts.items()}
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = FetchSessionHandler()
+        planned = session.build(wanted)
         request = broker_pb2.FetchRequest(
             replica_id=-1, max_wait_ms=self._fetch_max_wait_ms, min_bytes=self._fetch_min_bytes,
             max_bytes=self._fetch_max_bytes, isolation_level=common_pb2.READ_UNCOMMITTED,
+            open_session=True, session_epoch=planned.session_epoch,
         )
         topics: dict[str, broker_pb2.FetchRequest.TopicData] = {}
-        for tp, offset in parts.items():
+        for tp, (offset, epoch) in planned.listed.items():
             topic = topics.get(tp.topic)
             if topic is None:
                 topic = topics[tp.topic] = request.topics.add(name=tp.topic)
             topic.partitions.add(
-                partition_id=tp.partition, fetch_offset=offset,
-                current_leader_epoch=self._metadata.snapshot.leader_epoch(tp),
+                partition_id=tp.partition, fetch_offset=offset, current_leader_epoch=epoch,
                 last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=self._partition_max_bytes,
             )
+        forgotten: dict[str, broker_pb2.FetchRequest.ForgottenTopic] = {}
+        for tp in planned.forgotten:
+            entry = forgotten.get(tp.topic)
+            if entry is None:
+                entry = forgotten[tp.topic] = request.forgotten.add(name=tp.topic)
+            entry.partitions.append(tp.partition)
         return request
 
     async def _fetch(self, node: int, address: str, request: broker_pb2.FetchRequest,
@@ -260,6 +284,11 @@ class FetchManager:
         error = event.error
         if error is None and event.response is not None and event.response.error_code:
             error = error_for_code(event.response.error_code, event.response.error_message)
+        session = self._sessions.get(event.node)
+        if error is not None and session is not None:
+            session.reset()  # the broker forgot it, or may have: the next request is full
+        if isinstance(error, InvalidFetchSessionEpochError):
+            return  # (a changed ACL, a stream opened again): a full request at once, no delay
         if error is not None:
             if not error.retriable:
                 self.pending_error = self.pending_error or error
@@ -270,11 +299,15 @@ class FetchManager:
             self._subs.backoff_together(list(event.requested), now, self._backoff)
             return
         assert event.response is not None
+        if session is not None:
+            session.on_answer(event.response.next_session_epoch)
         for t in event.response.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_id)
                 offset = event.requested.get(tp)
                 st = self._subs.partitions.get(tp)
+                if p.error_code and session is not None:
+                    session.relist(tp)
                 if offset is None or st is None or st.position != offset or st.reset_to is not None:
                     continue  # the partition was reassigned or sought meanwhile: stale data
                 self._handle_fetched_partition(tp, offset, p, now)

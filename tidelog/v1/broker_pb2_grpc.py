@@ -221,6 +221,17 @@ class BrokerServiceServicer:
         after the answer to the previous one (one answer per request, in order). A stream message
         costs the broker about half the CPU of a unary call. A broker without it answers
         UNIMPLEMENTED and the client goes back to Fetch.
+
+        A request with open_session makes the stream the consumer's fetch session, with the rules
+        of ReplicaService.FetchStream's (KIP-227): the first request (session_epoch 0) is full; an
+        incremental one lists only the partitions whose fetch offset or leader epoch changed and
+        forgets those no longer fetched (by name); its answer has only the partitions with records,
+        an error, or a high watermark or log start offset the consumer has not heard; the broker
+        works on the listed partitions and on those whose high watermark, leader or existence
+        changed since, so an idle consumer costs nothing per partition. One session request at a
+        time per stream; a changed ACL, an unexpected epoch or a second session request in flight
+        is answered INVALID_FETCH_SESSION_EPOCH (request-level) and the session is forgotten: the
+        consumer sends a full request next (and so ACLs are checked again on every partition).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
