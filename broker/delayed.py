@@ -146,9 +146,8 @@ class FetchSessionWaiter(Protocol):
         """Answer a parked round now (the broker is stopping)."""
 
 
-class FollowerFetchWaiters(FetchWaiters):
-    """The follower waiters: unary fetches watching keys, plus the open fetch sessions, which
-    every :meth:`wake` of a partition marks dirty (see the module doc)."""
+class _SessionWaiters(FetchWaiters):
+    """Watching fetches plus the open fetch sessions (what both kinds of waiters share)."""
 
     def __init__(self, *, waiters_max: int = DELAYED_FETCHES_MAX) -> None:
         super().__init__(waiters_max=waiters_max)
@@ -168,6 +167,16 @@ class FollowerFetchWaiters(FetchWaiters):
     def remove_session(self, session: FetchSessionWaiter) -> None:
         self._sessions.pop(session, None)
 
+    def wake_all(self) -> None:
+        super().wake_all()
+        for session in self._sessions:
+            session.wake()
+
+
+class FollowerFetchWaiters(_SessionWaiters):
+    """The follower waiters: unary fetches watching keys, plus the open fetch sessions, which
+    every :meth:`wake` of a partition marks dirty (see the module doc)."""
+
     def wake(self, key: Hashable) -> int:
         """Resolve the futures watching ``key`` and mark it dirty in every session; returns
         how many futures."""
@@ -184,37 +193,16 @@ class FollowerFetchWaiters(FetchWaiters):
                 if session.replica_id in ids:
                     session.mark_all_dirty()
 
-    def wake_all(self) -> None:
-        super().wake_all()
-        for session in self._sessions:
-            session.wake()
 
-
-class ConsumerFetchWaiters(FetchWaiters):
+class ConsumerFetchWaiters(_SessionWaiters):
     """The consumer waiters: unary fetches watching keys, plus the consumers' fetch sessions,
     each registered under the partitions it holds (:meth:`track`), which every :meth:`wake` of
-    a partition marks dirty (see the module doc)."""
+    a partition marks dirty (see the module doc). A session untracks what it holds before it
+    is removed."""
 
     def __init__(self, *, waiters_max: int = DELAYED_FETCHES_MAX) -> None:
         super().__init__(waiters_max=waiters_max)
-        self._sessions: dict[FetchSessionWaiter, None] = {}
         self._holding: dict[Hashable, dict[FetchSessionWaiter, None]] = {}
-
-    def __len__(self) -> int:
-        """Fetches waiting now: watching ones and parked session rounds."""
-        return super().__len__() + sum(1 for s in self._sessions if s.parked)
-
-    @property
-    def sessions(self) -> tuple[FetchSessionWaiter, ...]:
-        return tuple(self._sessions)
-
-    def add_session(self, session: FetchSessionWaiter) -> None:
-        self._sessions[session] = None
-
-    def remove_session(self, session: FetchSessionWaiter, keys: Iterable[Hashable]) -> None:
-        """The session ended; ``keys``: the partitions it still held."""
-        self.untrack(session, keys)
-        self._sessions.pop(session, None)
 
     def track(self, session: FetchSessionWaiter, keys: Iterable[Hashable]) -> None:
         """``session`` now holds ``keys``: their wakes mark it dirty."""
@@ -242,8 +230,3 @@ class ConsumerFetchWaiters(FetchWaiters):
             for session in tuple(holders):
                 session.mark_dirty(key)
         return super().wake(key)
-
-    def wake_all(self) -> None:
-        super().wake_all()
-        for session in self._sessions:
-            session.wake()

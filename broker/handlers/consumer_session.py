@@ -43,8 +43,10 @@ from broker.handlers.common import HandlerRegistry, error_code, set_error
 from broker.handlers.fetch import (
     FETCH_PASSES_MAX,
     FetchSessionStats,
+    count_consumer_out,
     count_round,
     partition_limit,
+    woken,
 )
 from broker.partition import Partition, PartitionKey
 from broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
@@ -55,7 +57,6 @@ from tidelog.errors import (
     TidelogError,
     UnknownServerError,
 )
-from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = ["ConsumerFetchSession"]
@@ -137,8 +138,8 @@ class ConsumerFetchSession:
         if self._closed:
             return
         self._closed = True
-        self._registry.consumer_waiters.remove_session(self, tuple(self._core.keys()))
         self._forget_all()
+        self._registry.consumer_waiters.remove_session(self)
         self._event.set()
 
     def _forget_all(self) -> None:
@@ -216,18 +217,12 @@ class ConsumerFetchSession:
         for _ in range(FETCH_PASSES_MAX):
             if total >= request.min_bytes or urgent or self._closed or not self._serving:
                 break
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                break
             self._parked = True
             try:
-                async with asyncio.timeout(remaining_s):
-                    await self._event.wait()
-            except TimeoutError:
-                break
+                if not await woken(self._event, deadline):
+                    break
             finally:
                 self._parked = False
-            self._event.clear()
             keys = self._core.take_dirty()
             evaluated += len(keys)
             total, urgent = self._evaluate(keys, answers, total, max_bytes)
@@ -342,17 +337,10 @@ class ConsumerFetchSession:
             if a.batches:
                 answer.batches.extend(a.batches)
                 if a.partition is not None:
-                    _count_out(a.partition, a.batches, a.size)
+                    count_consumer_out(a.partition, a.batches, a.size)
         for name, refused in unresolved:
             response.topics.add(name=name).partitions.append(refused)
         return response
-
-
-def _count_out(partition: Partition, batches: list[bytes], size: int) -> None:
-    metrics = partition.metrics
-    if metrics is not None:
-        metrics.bytes_out.inc(size)
-        metrics.messages_out.inc(sum(parse_batch(b).record_count for b in batches))
 
 
 def _blank(partition_id: int) -> pb.FetchResponse.PartitionData:

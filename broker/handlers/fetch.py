@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -82,21 +82,14 @@ async def handle_fetch(registry: HandlerRegistry, request: pb.FetchRequest) -> p
         response = pb.FetchResponse(error_code=error_code(error.code), error_message=error.message)
     else:
         response = await _long_poll(registry, request, follower=False)
-    if registry.metrics is not None:
-        result = outcome_of(response.error_code, response.topics)
-        registry.metrics.latency["fetch", result].observe(time.perf_counter() - started)
-    return response
+    return _observed(registry, "fetch", started, response)
 
 
 async def handle_session_fetch(registry: HandlerRegistry, request: pb.FetchRequest,
                                session: ConsumerFetchSession) -> pb.FetchResponse:
     """A consumer's fetch within its FetchStream's session (broker.handlers.consumer_session)."""
     started = time.perf_counter()
-    response = await session.serve(request)
-    if registry.metrics is not None:
-        result = outcome_of(response.error_code, response.topics)
-        registry.metrics.latency["fetch", result].observe(time.perf_counter() - started)
-    return response
+    return _observed(registry, "fetch", started, await session.serve(request))
 
 
 async def handle_replica_fetch(registry: HandlerRegistry, request: pb.FetchRequest,
@@ -120,9 +113,15 @@ async def handle_replica_fetch(registry: HandlerRegistry, request: pb.FetchReque
         response = await session.serve(request)
     else:
         response = await _long_poll(registry, request, follower=True)
+    return _observed(registry, "replica_fetch", started, response)
+
+
+def _observed(registry: HandlerRegistry, api: str, started: float,
+              response: pb.FetchResponse) -> pb.FetchResponse:
+    """``response``, its latency since ``started`` (perf_counter) counted under ``api``."""
     if registry.metrics is not None:
         result = outcome_of(response.error_code, response.topics)
-        registry.metrics.latency["replica_fetch", result].observe(time.perf_counter() - started)
+        registry.metrics.latency[api, result].observe(time.perf_counter() - started)
     return response
 
 
@@ -258,11 +257,16 @@ def _read_for_consumer(partition: Partition, data: pb.FetchRequest.PartitionData
     answer.log_end_offset = read.log_end_offset
     if batches:
         answer.batches.extend(batches)
-        topic_metrics = partition.metrics
-        if topic_metrics is not None:
-            topic_metrics.bytes_out.inc(size)
-            topic_metrics.messages_out.inc(sum(parse_batch(b).record_count for b in batches))
+        count_consumer_out(partition, batches, size)
     return size
+
+
+def count_consumer_out(partition: Partition, batches: Sequence[bytes], size: int) -> None:
+    """Count batches answered to a consumer in the topic's bytes_out and messages_out."""
+    topic_metrics = partition.metrics
+    if topic_metrics is not None:
+        topic_metrics.bytes_out.inc(size)
+        topic_metrics.messages_out.inc(sum(parse_batch(b).record_count for b in batches))
 
 
 def _read_for_follower(request: pb.FetchRequest, partition: Partition,
@@ -301,6 +305,21 @@ class FetchSessionStats:
     answered: int = 0
     #: The last round's (listed, evaluated, answered).
     last: tuple[int, int, int] = (0, 0, 0)
+
+
+async def woken(event: asyncio.Event, deadline: float) -> bool:
+    """Wait for a parked session round's ``event`` until ``deadline`` (time.monotonic());
+    True (and the event cleared) when it was set first, False when the deadline came."""
+    remaining_s = deadline - time.monotonic()
+    if remaining_s <= 0:
+        return False
+    try:
+        async with asyncio.timeout(remaining_s):
+            await event.wait()
+    except TimeoutError:
+        return False
+    event.clear()
+    return True
 
 
 def count_round(registry: HandlerRegistry, kind: str, last: tuple[int, int, int]) -> None:
@@ -474,18 +493,12 @@ class ReplicaFetchSession:
         for _ in range(FETCH_PASSES_MAX):
             if total >= request.min_bytes or urgent or self._closed or self._answer_now:
                 break
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                break
             self._parked = True
             try:
-                async with asyncio.timeout(remaining_s):
-                    await self._event.wait()
-            except TimeoutError:
-                break
+                if not await woken(self._event, deadline):
+                    break
             finally:
                 self._parked = False
-            self._event.clear()
             keys = self._core.take_dirty()
             evaluated += len(keys)
             total, urgent = self._evaluate(request, keys, answers, names, total, max_bytes)

@@ -30,6 +30,7 @@ from test_replica_manager import Cluster, batch, scenario
 
 from broker.handlers.consumer_session import ConsumerFetchSession
 from broker.handlers.fetch import handle_fetch, handle_session_fetch
+from broker.replica_manager import ReplicaManager
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2
 from tidelog.v1.common_pb2 import ErrorCode
@@ -65,23 +66,23 @@ def every(name: str = "t", offset: int = 0) -> dict[tuple[str, int], int]:
     return {(name, p): offset for p in range(PARTITIONS)}
 
 
-async def opened(c: Cluster, session: ConsumerFetchSession) -> pb.FetchResponse:
-    """The topic "t" (PARTITIONS partitions, all led by broker 1) and a full request."""
+async def opened(c: Cluster) -> tuple[ReplicaManager, ConsumerFetchSession, pb.FetchResponse]:
+    """Broker 1 leading the topic "t" (PARTITIONS partitions), a session on it, and the
+    session's full request answered."""
     await c.start_all()
+    manager = c.managers[1]
+    session = ConsumerFetchSession(manager)
     c.create_topic("t", [[1]] * PARTITIONS)
-    full = await handle_session_fetch(c.managers[1], request(0, every()), session)
+    full = await handle_session_fetch(manager, request(0, every()), session)
     assert full.error_code == ErrorCode.NONE and full.next_session_epoch == 1
     assert len(answered(full)) == PARTITIONS, "a full round answers every partition"
-    return full
+    return manager, session, full
 
 
 def test_an_idle_session_lists_evaluates_and_answers_nothing(base: Path) -> None:
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        session = ConsumerFetchSession(c.managers[1])
-        c.create_topic("t", [[1]] * PARTITIONS)
-        full = await handle_session_fetch(c.managers[1], request(0, every()), session)
-        assert len(answered(full)) == PARTITIONS and session.stats.last == (PARTITIONS,) * 3
+        _, session, full = await opened(c)
+        assert session.stats.last == (PARTITIONS,) * 3
         epoch = full.next_session_epoch
         for _ in range(3):
             idle = await handle_session_fetch(c.managers[1], request(epoch, max_wait_ms=20),
@@ -97,10 +98,7 @@ def test_an_idle_session_lists_evaluates_and_answers_nothing(base: Path) -> None
 
 def test_a_produce_wakes_the_parked_round_which_answers_only_that_partition(base: Path) -> None:
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        session = ConsumerFetchSession(c.managers[1])
-        c.create_topic("t", [[1]] * PARTITIONS)
-        full = await handle_session_fetch(c.managers[1], request(0, every()), session)
+        _, session, full = await opened(c)
         parked = asyncio.ensure_future(handle_session_fetch(
             c.managers[1], request(full.next_session_epoch, max_wait_ms=10_000), session))
         await asyncio.sleep(0.05)
@@ -123,11 +121,7 @@ def test_a_produce_wakes_the_parked_round_which_answers_only_that_partition(base
 def test_a_forgotten_partition_leaves_the_session_and_comes_back_when_listed(
         base: Path) -> None:
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        manager = c.managers[1]
-        session = ConsumerFetchSession(manager)
-        c.create_topic("t", [[1]] * PARTITIONS)
-        full = await handle_session_fetch(manager, request(0, every()), session)
+        manager, session, full = await opened(c)
         key = (c.controller.topic_id("t"), 3)
         assert manager.consumer_waiters.holders(key) == 1
         forgot = await handle_session_fetch(
@@ -169,11 +163,7 @@ def test_leadership_moving_away_answers_not_leader_at_once(base: Path) -> None:
 
 def test_refusals_forget_the_session_and_a_full_request_works_after_each(base: Path) -> None:
     async def body(c: Cluster) -> None:
-        await c.start_all()
-        manager = c.managers[1]
-        session = ConsumerFetchSession(manager)
-        c.create_topic("t", [[1]] * PARTITIONS)
-        full = await handle_session_fetch(manager, request(0, every()), session)
+        manager, session, full = await opened(c)
         wrong = await handle_session_fetch(manager, request(full.next_session_epoch + 5),
                                            session)
         assert wrong.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
