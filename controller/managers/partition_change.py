@@ -15,19 +15,18 @@ leader and returns the ``PartitionChangeRecord`` that gets there, or None when n
 Replay bumps the partition epoch on every change and the leader epoch only when the leader
 changes, so an ISR shrink that keeps the leader does not bump the leader epoch (Kafka's rule).
 
-:func:`count_elections` reads the elections back out of a committed batch, for the controller's
-``leader_elections_total{kind}`` metric.
+:class:`LeaderElections` counts the elections a batch makes, for the controller's
+``leader_elections_total{kind}`` metric (replay counts them: ``MetadataDelta.leader_elections``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidelog.invariants import InvariantViolation
 from tidelog.metadata.image import (
     NO_LEADER,
-    MetadataImage,
     PartitionRegistration,
     partition_problem,
 )
@@ -36,7 +35,6 @@ from tidelog.v1 import common_pb2, metadata_pb2
 __all__ = [
     "LeaderElections",
     "build_partition_change",
-    "count_elections",
     "elect_leader",
     "without_broker",
 ]
@@ -104,35 +102,3 @@ def build_partition_change(
         raise InvariantViolation(
             f"partition {partition_id}, ISR {list(isr)}, leader {leader}: {problem}")
     return record
-
-
-def count_elections(image: MetadataImage,
-                    records: Sequence[metadata_pb2.MetadataRecord]) -> LeaderElections:
-    """The elections ``records``, a batch that applies on ``image``, make: each
-    PartitionChangeRecord that gives a partition a leader other than its current one and other
-    than NO_LEADER (replay checks the new leader is an active broker). Going offline is not an
-    election, nor is a new partition's first leader (a PartitionRecord). Later changes in the
-    batch see the earlier ones, as replay does."""
-    # (leader, ISR) of the partitions changed so far in this batch.
-    changed: dict[tuple[bytes, int], tuple[int, tuple[int, ...]]] = {}
-    clean = unclean = 0
-    for record in records:
-        if record.WhichOneof("record") != "partition_change":
-            continue
-        r = record.partition_change
-        key = (r.topic_id, r.partition_id)
-        before = changed.get(key)
-        if before is None:
-            current = image.topics.partition(*key)
-            if current is None:  # replay refuses the batch: nothing applies
-                continue
-            before = (current.leader, current.isr)
-        leader, isr = before
-        new_leader = r.leader if r.HasField("leader") else leader
-        if new_leader not in (leader, NO_LEADER):
-            if new_leader in isr:
-                clean += 1
-            else:
-                unclean += 1
-        changed[key] = (new_leader, tuple(r.isr.broker_ids) if r.HasField("isr") else isr)
-    return LeaderElections(clean, unclean)

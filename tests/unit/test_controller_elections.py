@@ -2,11 +2,12 @@
 
 What it checks:
 
-* which committed changes are elections (controller/managers/partition_change.count_elections,
-  through ``ReplayOutcome.elections``): a controlled shutdown moving a leader to an ISR member
-  is clean; a fenced last ISR member replaced on a topic with unclean.leader.election.enable is
-  unclean; going offline, ISR changes and new partitions are not elections; an offline
-  partition whose ISR member is unfenced is a clean one;
+* which committed changes are elections (counted by replay, MetadataDelta.leader_elections,
+  when the active controller proposes a batch; read through ``ReplayOutcome.elections``): a
+  controlled shutdown moving a leader to an ISR member is clean; a fenced last ISR member
+  replaced on a topic with unclean.leader.election.enable is unclean; going offline, ISR
+  changes and new partitions are not elections; an offline partition whose ISR member is
+  unfenced is a clean one;
 * the active controller counts them when their batch commits (controller/runtime.py), on a real
   one-voter quorum.
 

@@ -167,6 +167,34 @@ def test_partition_change_epochs() -> None:
     assert p is not None and (p.leader, p.leader_epoch) == (-1, 3)
 
 
+def test_replay_counts_leader_elections_and_forgets_a_refused_batch() -> None:
+    image = _with_topic()  # t-0: replicas/ISR [1, 2, 3], leader 1; t-1: [2, 3, 1], leader 2
+    delta = MetadataDelta(image)
+    # Leader 1 -> 2 (in the ISR: clean); an ISR shrink keeping the leader is no election.
+    assert delta.replay_batch([r_change(1, 0, 0, leader=2, isr=[2, 3]),
+                               r_change(1, 1, 0, isr=[2, 3])], image.offset + 1) is None
+    assert delta.leader_elections == (1, 0)
+    # Offline is no election; then 1 leads although the ISR just before was [3]: unclean.
+    assert delta.replay_batch([r_change(1, 0, 1, leader=-1, isr=[3])], delta.offset + 1) is None
+    assert delta.replay_batch([r_change(1, 0, 2, leader=1, isr=[1])], delta.offset + 1) is None
+    assert delta.leader_elections == (1, 1)
+    # A batch refused by its last record counts nothing, not even its valid first record.
+    outcome = delta.replay_batch([r_change(1, 1, 1, leader=3), r_change(1, 1, 9, leader=2)],
+                                 delta.offset + 1)
+    assert outcome is not None and "not the expected 9" in outcome
+    assert delta.leader_elections == (1, 1)
+
+
+def test_apply_shares_the_topics_a_delta_did_not_touch() -> None:
+    image = replay_all([r_topic("u", 2), r_partition(2, 0, [1, 2, 3])], _with_topic())
+    after = replay_all([r_change(1, 1, 0, isr=[2, 3])], image)
+    assert after.topics.get("u") is image.topics.get("u")
+    old_t, new_t = image.topics.get("t"), after.topics.get("t")
+    assert old_t is not None and new_t is not None
+    assert new_t.partitions[0] is old_t.partitions[0]
+    assert new_t.partitions[1].isr == (2, 3) and old_t.partitions[1].isr == (2, 3, 1)
+
+
 def test_partition_change_replicas() -> None:
     image = replay_all([r_change(1, 0, 0, replicas=[1, 2], isr=[1, 2])], _with_topic())
     p = image.topics.partition(T1, 0)

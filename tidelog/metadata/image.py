@@ -18,6 +18,7 @@ same digest, which tests and the quorum's divergence checks compare.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -144,19 +145,32 @@ def partition_problem(replicas: tuple[int, ...], isr: tuple[int, ...], leader: i
     The invariants: replicas non-empty, distinct and >= 0; ISR a non-empty, duplicate-free subset
     of the replicas; leader a member of the ISR or NO_LEADER.
     """
+    try:
+        return _partition_problem(replicas, isr, leader)
+    except TypeError:  # unhashable (a list from a test or a caller's slip): not remembered
+        return _partition_problem.__wrapped__(replicas, isr, leader)
+
+
+# Every partition change is checked twice (by replay, then by PartitionRegistration), on every
+# controller and broker, and a cluster has few distinct triples (RF=3 over 3 brokers: a few
+# hundred), so the answers are remembered: a hit costs a hash of two short tuples, not four sets.
+@functools.lru_cache(maxsize=8192)
+def _partition_problem(replicas: tuple[int, ...], isr: tuple[int, ...], leader: int) -> str | None:
     if not replicas:
         return "replicas are empty"
-    if len(set(replicas)) != len(replicas):
+    replica_set = set(replicas)
+    if len(replica_set) != len(replicas):
         return f"replicas {list(replicas)} repeat a broker"
     if min(replicas) < 0:
         return f"replicas {list(replicas)} contain a negative broker id"
     if not isr:
         return "ISR is empty"
-    if len(set(isr)) != len(isr):
+    isr_set = set(isr)
+    if len(isr_set) != len(isr):
         return f"ISR {list(isr)} repeats a broker"
-    if not set(isr) <= set(replicas):
+    if not isr_set <= replica_set:
         return f"ISR {list(isr)} is not a subset of replicas {list(replicas)}"
-    if leader != NO_LEADER and leader not in isr:
+    if leader != NO_LEADER and leader not in isr_set:
         return f"leader {leader} is not in ISR {list(isr)}"
     return None
 
