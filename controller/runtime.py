@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import concurrent.futures
 import logging
 import random
 import socket
@@ -81,6 +82,10 @@ PROBES_IN_FLIGHT_MAX = 32
 #: Parts one probe may fence a broker in (each at most FENCE_CHANGES_PER_BATCH_MAX partition
 #: changes): enough for 1.5 million partitions; past it the session expiry finishes the job.
 PROBE_FENCE_PARTS_MAX = 100
+#: Fencing parts proposed and not yet committed, at most: the next part is built on the
+#: speculative image while the quorum commits and applies the one before, so the active
+#: controller's work on part k+1 overlaps the followers' replay of part k.
+FENCE_PARTS_IN_FLIGHT = 3
 
 check(
     FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX,
@@ -326,9 +331,18 @@ class ControllerRuntime:
     # ----------------------------------------------------------- write path (event loop)
     async def _commit(self, records: list[metadata_pb2.MetadataRecord], leader_epoch: int) -> int:
         """Propose records as one batch; returns the metadata base offset it committed at."""
+        return await self._start_commit(records, leader_epoch)
+
+    def _start_commit(self, records: list[metadata_pb2.MetadataRecord],
+                      leader_epoch: int) -> asyncio.Future[int]:
+        """Propose records as one batch now (proposals keep their call order); the future
+        gives the metadata base offset once the batch is committed and applied here."""
         batch = metadata_records.encode_batch(records, append_time_ms=wall_clock_ms())
         future = self.quorum.propose(batch, leader_epoch=leader_epoch,
                                      timeout_ms=COMMIT_TIMEOUT_MS)
+        return asyncio.ensure_future(self._committed_base(future))
+
+    async def _committed_base(self, future: concurrent.futures.Future[int]) -> int:
         index = await asyncio.wrap_future(future)
         with self._lock:
             base = self._applied.get(index)
@@ -478,31 +492,49 @@ class ControllerRuntime:
                 "listener (%s) refused a connection; last heard from %d ms ago",
                 self.node_id, target.broker_id, target.broker_epoch,
                 ", ".join(f"{h}:{p}" for h, p in target.endpoints), silent_ms)
-            try:
-                await self._commit(list(result.records), leader_epoch)
-                # A broker in more ISRs than one batch holds is fenced in parts (see
-                # ClusterControlManager.fence_records): the same evidence fences the rest.
-                for _ in range(PROBE_FENCE_PARTS_MAX):
-                    if not self.active or self._leader_epoch != leader_epoch:
-                        return
-                    with self._lock:
-                        result = self.logic.handle_broker_unreachable(
-                            target.broker_id, target.broker_epoch, target.started_ms,
-                            monotonic_ms())
-                    if not result.records:
-                        return
-                    await self._commit(list(result.records), leader_epoch)
-            except (TimeoutError, ProposeError, ValueError) as e:
-                # ValueError: the quorum refused the batch (larger than batch_bytes_max); the
-                # speculative image already has it, so it is rebuilt by resigning too.
-                self._resign(f"fencing proposal failed: {e}")
-                self._maybe_reactivate()
+            await self._fence_in_parts(target, result, leader_epoch)
         except Exception:
             log.exception("controller %d: probe of broker %d failed", self.node_id,
                           target.broker_id)
         finally:
             with self._lock:
                 self.logic.heartbeats.end_probe(target.broker_id, target.started_ms)
+
+    async def _fence_in_parts(self, target: ProbeTarget, first: ControllerResult[None],
+                              leader_epoch: int) -> None:
+        """Commit the first part of a fencing, then the rest: a broker in more ISRs than one
+        batch holds is fenced in parts (ClusterControlManager.fence_records), on the same
+        evidence. Up to FENCE_PARTS_IN_FLIGHT parts are in flight: each next one is made from
+        the speculative image, which has the parts before it."""
+        in_flight = collections.deque([self._start_commit(list(first.records), leader_epoch)])
+        try:
+            for _ in range(PROBE_FENCE_PARTS_MAX):
+                if len(in_flight) >= FENCE_PARTS_IN_FLIGHT:
+                    await in_flight.popleft()
+                if not self.active or self._leader_epoch != leader_epoch:
+                    return
+                with self._lock:
+                    result = self.logic.handle_broker_unreachable(
+                        target.broker_id, target.broker_epoch, target.started_ms, monotonic_ms())
+                if not result.records:
+                    break
+                in_flight.append(self._start_commit(list(result.records), leader_epoch))
+            while in_flight:
+                await in_flight.popleft()
+        except (TimeoutError, ProposeError, ValueError) as e:
+            # ValueError: the quorum refused the batch (larger than batch_bytes_max); the
+            # speculative image already has it, so it is rebuilt by resigning too.
+            self._resign(f"fencing proposal failed: {e}")
+            self._maybe_reactivate()
+        finally:
+            # Left early (no longer the same active controller, a part failed, or stopping):
+            # later parts would fail with the first that did (their records expect its
+            # epochs), so they are dropped, and a finished one's error is taken, not leaked.
+            for part in in_flight:
+                if not part.done():
+                    part.cancel()
+                elif not part.cancelled():
+                    part.exception()
 
     def _on_metadata_stream_end(self, broker_id: int) -> None:
         """A broker's metadata stream to this controller ended: it may have died (a hint only:

@@ -1,0 +1,125 @@
+"""A dead broker fenced in parts by the controller runtime (controller/runtime.py,
+``_fence_in_parts``), on a real one-voter quorum.
+
+What it checks: a broker whose listeners refuse connections, in more partitions than one
+fencing part holds, is fenced on the probe's evidence alone (its session is far from expiring):
+every part commits in order, each made from the speculative image that has the parts still in
+flight before it, and the end is the same image as fencing it in one go: every partition led
+by another broker with it out of the ISR, the broker fenced, nothing pending, and its leaderships
+moved before its follower ISR entries.
+
+How: ControllerRuntime in this process, FENCE_CHANGES_PER_BATCH_MAX set to 3 so that 20
+partitions need seven parts; the brokers' registered endpoints are free ports (connects are
+refused); brokers 2 and 3 keep heartbeating, broker 1 never does after it is unfenced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controller_testkit import create_topic, register_request
+from prometheus_client import CollectorRegistry
+
+from controller.managers import cluster_control
+from controller.metrics import ControllerMetrics
+from controller.runtime import FENCE_PARTS_IN_FLIGHT, ControllerRuntime
+from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
+from tidelog.local_cluster import free_ports
+from tidelog.metadata.image import MetadataImage
+from tidelog.v1 import controller_pb2 as cpb
+from tidelog.v1.common_pb2 import ErrorCode
+
+WAIT_S = 20.0
+PART = 3
+PARTITIONS = 20
+
+
+def test_a_dead_broker_in_many_partitions_is_fenced_in_pipelined_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert FENCE_PARTS_IN_FLIGHT > 1, "the parts are meant to be pipelined"
+    monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", PART)
+    asyncio.run(_fence_on_a_one_voter_quorum(tmp_path))
+
+
+async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
+    port, raft_port, *refused = free_ports(5)
+    voter = VoterConfig(id=1, host="127.0.0.1", port=port, raft_port=raft_port)
+    config = NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
+                        controller=ControllerConfig(
+                            voters=(voter,), election_timeout_min_ms=70,
+                            election_timeout_max_ms=100, append_entries_period_ms=20,
+                            # Only the probe can fence here: the session would take 10 minutes.
+                            broker_session_timeout_ms=600_000, broker_probe_after_ms=300,
+                            fence_check_interval_ms=50))
+    runtime = ControllerRuntime(config, cluster_id="c",
+                                metrics=ControllerMetrics(CollectorRegistry()))
+
+    async def write(rpc: str, request: Any) -> Any:
+        response = await runtime.write(rpc, getattr(runtime.logic, "handle_" + rpc), request,
+                                       _RESPONSES[rpc])
+        assert response.error_code == ErrorCode.NONE, response
+        return response
+
+    async def heartbeat(broker_id: int) -> None:
+        registration = runtime.logic.committed_image.cluster.broker(broker_id)
+        assert registration is not None
+        await write("broker_heartbeat", cpb.BrokerHeartbeatRequest(
+            broker_id=broker_id, broker_epoch=registration.broker_epoch,
+            current_metadata_offset=runtime.logic.committed_offset))
+
+    await runtime.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not runtime.active:
+            assert time.monotonic() < deadline, "the one voter did not become active"
+            await asyncio.sleep(0.01)
+        for broker_id, broker_port in zip((1, 2, 3), refused, strict=True):
+            await write("register_broker",
+                        register_request(broker_id, cluster_id="c", host="127.0.0.1",
+                                         port=broker_port))
+            await heartbeat(broker_id)
+        await write("create_topics", cpb.CreateTopicsRequest(
+            topics=[create_topic("t", assignments=[[1, 2, 3]] * PARTITIONS)]))
+        before = runtime.logic.committed_offset
+        topic_id = runtime.logic.committed_image.topics.get("t").topic_id  # type: ignore[union-attr]
+        images: list[MetadataImage] = []
+        while not _fenced(runtime.logic.committed_image, 1):
+            assert time.monotonic() < deadline + WAIT_S, "broker 1 was not fenced by the probe"
+            await heartbeat(2)
+            await heartbeat(3)
+            images.append(runtime.logic.committed_image)
+            await asyncio.sleep(0.02)
+
+        image = runtime.logic.committed_image
+        for partition_id in range(PARTITIONS):
+            p = image.topics.partition(topic_id, partition_id)
+            assert p is not None and p.leader == 2 and p.isr == (2, 3), (partition_id, p)
+        assert runtime.logic.pending_batches == 0
+        # 20 leaderships (each change also takes broker 1 out of the ISR) in parts of 3: the
+        # last part carries the fence. Heartbeats of 2 and 3 write no records once unfenced.
+        assert image.offset - before == PARTITIONS + 1
+        # Seen part by part as they committed: the number of partitions broker 1 still led
+        # only ever went down (no part undid another), and it was fenced last.
+        led = [sum(1 for pid in range(PARTITIONS)
+                   if (p := i.topics.partition(topic_id, pid)) is not None and p.leader == 1)
+               for i in images]
+        assert led == sorted(led, reverse=True) and led[0] == PARTITIONS
+        assert not any(_fenced(i, 1) for i in images)
+    finally:
+        await runtime.stop()
+
+
+def _fenced(image: MetadataImage, broker_id: int) -> bool:
+    registration = image.cluster.broker(broker_id)
+    return registration is not None and registration.fenced
+
+
+_RESPONSES = {
+    "register_broker": cpb.RegisterBrokerResponse,
+    "broker_heartbeat": cpb.BrokerHeartbeatResponse,
+    "create_topics": cpb.CreateTopicsResponse,
+}
