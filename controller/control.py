@@ -243,6 +243,11 @@ class ControllerLogic:
         """Broker sessions (soft state; empty on standby)."""
         return self._heartbeats
 
+    def fencing_begun(self) -> dict[int, int]:
+        """Brokers whose fencing in parts began and is not finished, with the broker epoch
+        fenced (soft state, for logs)."""
+        return self._cluster.fencing_begun()
+
     def stats(self) -> ControllerStats:
         """Gauges for metrics, from the committed image. The image's counts are memoised on the
         identity of its cluster and topics parts: images are immutable and a change makes new

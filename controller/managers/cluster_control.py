@@ -17,7 +17,10 @@ A broker's life, as in Kafka's KRaft:
    FENCE_CHANGES_PER_BATCH_MAX of them; after a whole-cluster restart there can be 100,000,
    and the rest follow on the periodic tick).
 3. Without a heartbeat for ``broker.session.timeout.ms`` it is **fenced** by the periodic tick:
-   it leaves every ISR (except as a last member) and loses every leadership, in one batch.
+   it leaves every ISR (except as a last member) and loses every leadership, in one batch, or
+   in parts (leaderships first, the FenceBrokerRecord with the last) when there are more than a
+   batch holds. A fencing once begun is finished, even if the broker is heard from again: it is
+   then unfenced by its next heartbeat, which gives it the offline partitions it can lead.
 4. **Controlled shutdown** (want_shutdown): it is marked in_controlled_shutdown and its
    leaderships and ISR memberships move away. Once it has applied that batch and leads nothing,
    it is fenced and told ``should_shut_down``.
@@ -96,15 +99,30 @@ class ClusterControlManager:
         # state: a new active controller starts with every broker in it (on_become_active), so
         # a fenced broker is never unfenced with leaderships of its old incarnation left.
         self._unsettled: set[int] = set()
+        # Brokers whose fencing began (a part of their changes was written without the
+        # FenceBrokerRecord, which comes with the last part), by the broker epoch being fenced.
+        # The rest follows whatever the broker does meanwhile: an abandoned fencing would leave
+        # it unfenced with partitions taken offline for its sake, which no unfencing then
+        # revives (seen at 30,000 partitions: three brokers' sessions expired at once while
+        # their publishers were busy, each fencing stopped at its next heartbeat, and 401
+        # partitions were left offline with an active broker as their last ISR member).
+        self._fencing: dict[int, int] = {}
 
     @property
     def heartbeats(self) -> BrokerHeartbeatTracker:
         return self._heartbeats
 
+    def fencing_begun(self) -> dict[int, int]:
+        """Brokers whose fencing began and is not finished, with the broker epoch fenced."""
+        return dict(self._fencing)
+
     def on_become_active(self, image: MetadataImage, now_ms: int) -> None:
         """Give every registered broker a fresh session from ``now_ms`` (Kafka's rule)."""
         self._heartbeats.reset(image.cluster.brokers, now_ms)
         self._unsettled = set(image.cluster.brokers)
+        # A fencing the previous active began is not continued (its evidence was its own);
+        # the unsettled pass gives the partitions it took offline their leaders back.
+        self._fencing = {}
         for broker_id, registration in image.cluster.brokers.items():
             if registration.in_controlled_shutdown:
                 # Which batch moved its leaderships is lost with the old controller's soft
@@ -308,12 +326,24 @@ class ClusterControlManager:
         changes = self._replication.move_leadership_away(
             image, broker_id, limit=FENCE_CHANGES_PER_BATCH_MAX + 1)
         if len(changes) > FENCE_CHANGES_PER_BATCH_MAX:
+            self._fencing[broker_id] = registration.broker_epoch  # finished whatever happens
             return list(changes[:FENCE_CHANGES_PER_BATCH_MAX])
+        self._fencing.pop(broker_id, None)
         records = [metadata_record(metadata_pb2.FenceBrokerRecord(
             broker_id=broker_id, broker_epoch=registration.broker_epoch
         ))]
         records.extend(changes)
         return records
+
+    def _fencing_to_finish(self, image: MetadataImage) -> list[int]:
+        """Brokers whose fencing began and must go on: the same registration, still unfenced.
+        Forgets the others (re-registered, unregistered or fenced since)."""
+        for broker_id, broker_epoch in list(self._fencing.items()):
+            registration = image.cluster.broker(broker_id)
+            if (registration is None or registration.broker_epoch != broker_epoch
+                    or registration.fenced):
+                del self._fencing[broker_id]
+        return sorted(self._fencing)
 
     def start_probes(
         self, image: MetadataImage, now_ms: int, *, silent_ms: int,
@@ -349,13 +379,17 @@ class ClusterControlManager:
         registration = image.cluster.broker(broker_id)
         if registration is None or registration.broker_epoch != broker_epoch or registration.fenced:
             return []
+        if broker_id in self._fencing_to_finish(image):
+            return self.fence_records(image, broker_id)  # begun: finished, heartbeat or not
         last_contact = self._heartbeats.last_contact_ms(broker_id)
         if last_contact is None or last_contact >= probe_started_ms:
             return []
         return self.fence_records(image, broker_id)
 
     def fence_stale_brokers(self, image: MetadataImage, now_ms: int) -> Records:
-        """One batch fencing every unfenced broker whose session expired, oldest first.
+        """One batch fencing every unfenced broker whose session expired, oldest first, after
+        finishing the fencings begun (``_fencing``: a broker heard from again since its first
+        part is fenced all the same, and unfenced by its next heartbeat).
 
         Each broker's records are built on the image that already has the previous brokers'
         changes, so a partition losing two brokers gets two consistent changes.
@@ -366,7 +400,9 @@ class ClusterControlManager:
                 self._heartbeats.touch(broker_id, now_ms)  # first seen: its session starts now
         records: Records = []
         working = image
-        for broker_id in self._heartbeats.stale_brokers(unfenced, now_ms):
+        begun = self._fencing_to_finish(image)
+        stale = self._heartbeats.stale_brokers(unfenced, now_ms)
+        for broker_id in begun + [b for b in stale if b not in begun]:
             if len(records) >= FENCE_BATCH_RECORDS_SOFT_MAX:
                 break  # the rest are fenced on the next tick
             fence = self.fence_records(working, broker_id)

@@ -213,6 +213,54 @@ def test_a_new_active_controller_settles_every_broker_before_unfencing_one(
     assert not cluster.heartbeat(1).is_fenced
 
 
+def test_a_fencing_once_begun_is_finished_though_the_broker_is_heard_from_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen at 30,000 partitions: every broker's session expired at once (their event loops
+    # busy with a large metadata batch), each fencing stopped at the broker's next heartbeat,
+    # and partitions were left offline with an active broker as their last ISR member, which
+    # nothing revived. Each fencing now goes to its end; each broker is then unfenced by its
+    # next heartbeat, which gives it the offline partitions it can lead.
+    monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
+    cluster = _cluster(3)
+    cluster.create_topics(create_topic("t", assignments=[[1, 2, 3], [2, 3, 1], [3, 1, 2]] * 2))
+    cluster.now_ms += SESSION_TIMEOUT_MS + 1
+    assert _kinds(cluster.tick()) == ["partition_change"] * 2  # no FenceBrokerRecord yet
+    cluster.heartbeat(1)
+    # Before the fix, each of these ticks began fencing the next stale broker, which was heard
+    # from just after, and the third left partitions offline with broker 3 as last member.
+    for broker_id in (2, 3):
+        cluster.tick()
+        cluster.heartbeat(broker_id)
+    for _ in range(20):  # bounded: every fencing begun finishes, then heartbeats unfence
+        cluster.heartbeat_all()
+        if not cluster.tick().records and not cluster.logic.pending_batches:
+            break
+    cluster.heartbeat_all()
+    image = cluster.logic.image
+    assert all(not b.fenced for b in image.cluster.brokers.values())
+    for _, partition_id, p in image.topics.iter_partitions():
+        assert p.leader != -1, f"partition {partition_id} left offline: {p}"
+    fenced = [r.fence_broker.broker_id for _, batch in cluster.log for r in batch
+              if r.WhichOneof("record") == "fence_broker"]
+    assert 1 in fenced, "broker 1's fencing was abandoned half-way"
+
+
+def test_a_probe_finishes_a_fencing_it_began_after_a_heartbeat(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
+    cluster = _five_partitions_and_broker_1_silent()
+    epoch = cluster.broker_epoch(1)
+    [target] = [t for t in cluster.logic.start_broker_probes(
+        cluster.now_ms, silent_ms=1, limit=4) if t.broker_id == 1]
+    assert _kinds(cluster.submit(cluster.logic.handle_broker_unreachable(
+        1, epoch, target.started_ms, cluster.now_ms))) == ["partition_change"] * 2
+    cluster.heartbeat(1)  # stale evidence for a new probe, not for the fencing begun
+    parts = [_kinds(cluster.submit(cluster.logic.handle_broker_unreachable(
+        1, epoch, target.started_ms, cluster.now_ms))) for _ in range(3)]
+    assert parts == [["partition_change"] * 2, ["fence_broker", "partition_change"], []]
+    assert not cluster.heartbeat(1).is_fenced  # caught up: unfenced again at once
+
+
 def test_tick_fences_several_brokers_consistently() -> None:
     cluster = _cluster(3)
     cluster.create_topics(create_topic("t", assignments=[[1, 2, 3]]))
