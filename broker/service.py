@@ -402,6 +402,7 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
         reader = asyncio.ensure_future(read())
         # A failed reader whose failure nobody asked for is not logged as "never retrieved".
         reader.add_done_callback(lambda task: task.cancelled() or task.exception())
+        getter: asyncio.Future[pb.FetchRequest] | None = None
         try:
             while True:
                 if waiting.empty():
@@ -419,6 +420,10 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
                 plane = await self._check(request, context)
                 yield await plane.handle_replica_fetch(request, session)
         finally:
+            # The stream may end (the follower gave up on it) while a getter waits: cancelled
+            # here, not left pending for the collector ("Task was destroyed but it is pending").
+            if getter is not None:
+                getter.cancel()
             reader.cancel()
             session.close()
 

@@ -441,10 +441,17 @@ class ControllerRuntime:
                 continue
             epoch = self._leader_epoch
             with self._lock:
+                begun_before = self.logic.fencing_begun()
                 result = self.logic.maybe_fence_stale_brokers(monotonic_ms())
+                begun = self.logic.fencing_begun()
             self._start_probes()
             if not result.records:
                 continue
+            for broker_id in sorted(begun.keys() - begun_before.keys()):
+                log.warning("controller %d begins fencing broker %d (epoch %d) in parts: no "
+                            "heartbeat within its session (broker_session_timeout_ms %d)",
+                            self.node_id, broker_id, begun[broker_id],
+                            self.config.controller.broker_session_timeout_ms)
             for record in result.records:
                 if record.WhichOneof("record") == "fence_broker":
                     log.warning("controller %d fences broker %d (epoch %d): no heartbeat within "
@@ -506,7 +513,9 @@ class ControllerRuntime:
         batch holds is fenced in parts (ClusterControlManager.fence_records), on the same
         evidence. Up to FENCE_PARTS_IN_FLIGHT parts are in flight: each next one is made from
         the speculative image, which has the parts before it."""
+        started = time.monotonic()
         in_flight = collections.deque([self._start_commit(list(first.records), leader_epoch)])
+        parts, changes = 1, len(first.records)
         try:
             for _ in range(PROBE_FENCE_PARTS_MAX):
                 if len(in_flight) >= FENCE_PARTS_IN_FLIGHT:
@@ -519,8 +528,12 @@ class ControllerRuntime:
                 if not result.records:
                     break
                 in_flight.append(self._start_commit(list(result.records), leader_epoch))
+                parts, changes = parts + 1, changes + len(result.records)
             while in_flight:
                 await in_flight.popleft()
+            log.info("controller %d fenced broker %d in %d parts (%d records) in %.0f ms",
+                     self.node_id, target.broker_id, parts, changes,
+                     (time.monotonic() - started) * 1000)
         except (TimeoutError, ProposeError, ValueError) as e:
             # ValueError: the quorum refused the batch (larger than batch_bytes_max); the
             # speculative image already has it, so it is rebuilt by resigning too.
