@@ -428,6 +428,8 @@ class ReplicaFetcher:
         timeout_s = (manager.fetch_wait_max_ms + FETCH_TIMEOUT_MARGIN_MS) / 1000
         inner = asyncio.get_running_loop().create_task(
             manager.transport.fetch(self.leader_id, request, timeout_s=timeout_s))
+        # Stopped just as the fetch failed, nobody reads its failure: not "never retrieved".
+        inner.add_done_callback(lambda task: task.cancelled() or task.exception())
         self._in_flight = inner
         try:
             await asyncio.wait((inner,))

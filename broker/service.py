@@ -25,12 +25,12 @@ from broker.authz.rpcs import Checks, refused_admin_response
 from broker.handlers import DataPlaneHandlers
 from broker.handlers.consumer_session import ConsumerFetchSession
 from broker.handlers.groups import client_identity
+from broker.handlers.metadata import TopicMetadataCache, metadata_response
 from broker.runtime import BrokerRuntime
 from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits, scram
 from tidelog.acl import binding_to_proto, filter_from_proto
 from tidelog.metadata.image import MetadataImage
-from tidelog.metadata.topic_names import INTERNAL_TOPICS
 from tidelog.peer_auth import authenticated_broker_id
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import broker_pb2_grpc, common_pb2
@@ -46,35 +46,6 @@ PRODUCE_STREAM_LIMITS = StreamLimits(limits.PRODUCE_STREAM_IN_FLIGHT_MAX,
                                      limits.STREAM_HELD_BYTES_MAX)
 FETCH_STREAM_LIMITS = StreamLimits(limits.FETCH_STREAM_IN_FLIGHT_MAX,
                                    limits.STREAM_HELD_BYTES_MAX)
-
-
-def metadata_response(image: MetadataImage, topics: list[str], *, cluster_id: str,
-                      controller_id: int) -> pb.MetadataResponse:
-    """The Metadata answer from an image: unfenced brokers, and the asked (or all) topics."""
-    brokers = image.cluster.brokers
-    response = pb.MetadataResponse(cluster_id=cluster_id, controller_id=controller_id,
-                                   metadata_offset=image.offset)
-    for b in sorted(brokers.values(), key=lambda b: b.broker_id):
-        if not b.fenced:
-            response.brokers.add(broker_id=b.broker_id, rack=b.rack,
-                                 endpoint=common_pb2.Endpoint(host=b.host, port=b.port))
-    names = topics or sorted(image.topics.by_name)
-    for name in names:
-        topic = image.topics.by_name.get(name)
-        if topic is None:
-            response.topics.add(name=name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                error_message=f"topic {name!r} does not exist")
-            continue
-        t = response.topics.add(name=name, topic_id=topic.topic_id,
-                                is_internal=name in INTERNAL_TOPICS)
-        for pid in sorted(topic.partitions):
-            p = topic.partitions[pid]
-            offline = [r for r in p.replicas if r not in brokers or brokers[r].fenced]
-            t.partitions.add(
-                partition_id=pid, leader=p.leader, leader_epoch=p.leader_epoch,
-                replicas=p.replicas, isr=p.isr, offline_replicas=offline,
-                error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE)
-    return response
 
 
 def describe_scram_users(image: MetadataImage,
@@ -116,6 +87,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         #: ACL checks (broker.authz), a no-op unless [authorization] enabled = true.
         self.checks = Checks(runtime.authz)
         self.group_checks = GroupChecks(self.checks)
+        #: Encoded topic entries of Metadata answers, rebuilt only for topics that changed.
+        self.topic_metadata = TopicMetadataCache()
 
     def _who(self, context: Any) -> Who:
         return self.rt.authn.who(context) if self.checks.gate.enabled else NOBODY
@@ -124,7 +97,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
         response = metadata_response(self.rt.listener.image, list(request.topics),
                                      cluster_id=self.rt.cluster_id,
-                                     controller_id=self.rt.client.active_id or -1)
+                                     controller_id=self.rt.client.active_id or -1,
+                                     cache=self.topic_metadata)
         return self.checks.metadata(self._who(context), request, response)
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest,
