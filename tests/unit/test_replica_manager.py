@@ -30,6 +30,7 @@ import pytest
 from controller_testkit import TestCluster, create_topic
 from prometheus_client import CollectorRegistry
 
+from broker import replica_manager
 from broker.handlers import (
     handle_fetch,
     handle_list_offsets,
@@ -195,7 +196,20 @@ class Cluster:
         return manager
 
     def publish(self) -> None:
-        """Hand every committed batch a running broker has not seen to it, one update each."""
+        """Hand every committed batch a running broker has not seen to it, one update each
+        (small ones: acted on at once, as ReplicaManager does below PUBLISH_SLICE_PARTITIONS)."""
+        for _, manager, update in self._updates():
+            assert manager.on_metadata_update(update, update.image) is None, \
+                "a large update: use publish_sliced"
+
+    async def publish_sliced(self) -> None:
+        """As publish, awaiting what a large update returns, as the MetadataListener does."""
+        for _, manager, update in self._updates():
+            acted = manager.on_metadata_update(update, update.image)
+            if acted is not None:
+                await acted
+
+    def _updates(self) -> Iterator[tuple[int, ReplicaManager, MetadataUpdate]]:
         log = self.controller.log
         for broker_id, manager in list(self.managers.items()):
             image, index = self._applied[broker_id]
@@ -206,8 +220,8 @@ class Cluster:
                 new_image = delta.apply()
                 update = MetadataUpdate(image, new_image, delta, delta.local_changes(broker_id))
                 image, index = new_image, index + 1
-                manager.on_metadata_update(update, new_image)
-            self._applied[broker_id] = (image, index)
+                self._applied[broker_id] = (image, index)
+                yield broker_id, manager, update
 
     # --- topics and clients ------------------------------------------------------------------
 
@@ -311,6 +325,39 @@ def test_acks_all_waits_for_the_isr_and_every_replica_ends_identical(base: Path)
         assert values(list(got.batches))[:4] == [b"a0", b"b0", b"a1", b"b1"]
         assert len(values(list(got.batches))) == 40
     scenario(base, body)
+
+
+def test_a_large_metadata_change_is_acted_on_in_slices(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2 here (500 in production): seven new partitions take four slices, and the event loop
+    # runs other work between them (at 10,000 partitions, a broker's heartbeats).
+    monkeypatch.setattr(replica_manager, "PUBLISH_SLICE_PARTITIONS", 2)
+
+    async def body(c: Cluster) -> None:
+        await c.start(1)
+        response = c.controller.create_topics(create_topic("big", assignments=[[1]] * 7))
+        assert response.topics[0].error_code == ErrorCode.NONE, response
+        topic_id = c.controller.topic_id("big")
+        manager = c.managers[1]
+        seen: list[int] = []
+        done = False
+
+        async def watch() -> None:  # what other tasks see, turn by turn
+            while not done:
+                seen.append(sum(manager.partition(topic_id, p) is not None for p in range(7)))
+                await asyncio.sleep(0)
+        watcher = asyncio.ensure_future(watch())
+        await asyncio.sleep(0)
+        await c.publish_sliced()
+        done = True
+        await watcher
+        assert any(0 < n < 7 for n in seen), f"no turn between the slices: {seen}"
+        assert seen == sorted(seen), "slices are acted on in order"
+        for p in range(7):
+            partition = manager.partition(topic_id, p)
+            assert partition is not None and partition.state.is_leader
+        assert (await c.produce("big", batch(b"x"), partition=6)).error_code == ErrorCode.NONE
+    scenario(base, body, broker_ids=(1,))
 
 
 def test_acks_1_and_0_answer_after_the_local_append(base: Path) -> None:
