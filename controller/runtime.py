@@ -514,9 +514,10 @@ class ControllerRuntime:
         evidence. Up to FENCE_PARTS_IN_FLIGHT parts are in flight: each next one is made from
         the speculative image, which has the parts before it."""
         started = time.monotonic()
-        in_flight = collections.deque([self._start_commit(list(first.records), leader_epoch)])
+        in_flight: collections.deque[asyncio.Future[int]] = collections.deque()
         parts, changes = 1, len(first.records)
         try:
+            in_flight.append(self._start_commit(list(first.records), leader_epoch))
             for _ in range(PROBE_FENCE_PARTS_MAX):
                 if len(in_flight) >= FENCE_PARTS_IN_FLIGHT:
                     await in_flight.popleft()
