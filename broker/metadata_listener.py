@@ -348,6 +348,7 @@ class MetadataListener:
         self._publish_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._failure: TidelogError | None = None
+        self._has_caught_up = False
         self._pauses = 0  # pauses since the last message that applied (backoff exponent)
         self._gaps_in_a_row = 0
         self.stats = ListenerStats()
@@ -371,7 +372,17 @@ class MetadataListener:
 
     @property
     def is_caught_up(self) -> bool:
+        """The image has every record a controller has said is committed: true now, and
+        false again for the moment each new batch is applied."""
         return self._loader.committed_offset >= 0 and self.offset >= self._loader.committed_offset
+
+    @property
+    def has_caught_up(self) -> bool:
+        """:attr:`is_caught_up` held at least once since this listener started: the start-up
+        gate (Kafka's broker serves once its metadata first caught up, and does not stop
+        serving each time a new batch is being applied: its leader epochs fence what is
+        stale)."""
+        return self._has_caught_up
 
     @property
     def failure(self) -> TidelogError | None:
@@ -567,6 +578,7 @@ class MetadataListener:
                 await self._publish_to(publisher, update)
             async with self._progress:
                 self._image = update.image
+                self._has_caught_up = self._has_caught_up or self.is_caught_up
                 self._progress.notify_all()
 
     async def _publish_to(self, publisher: MetadataPublisher, update: MetadataUpdate) -> None:

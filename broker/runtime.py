@@ -145,7 +145,12 @@ class BrokerRuntime:
         # incarnation's leaderships move away in parts (controller/managers/cluster_control.py),
         # and must not serve them meanwhile at their old epochs from a log that may have lost
         # appends (a power loss).
-        return (self.lifecycle.is_caught_up and self.listener.is_caught_up
+        # The listener's part is a start-up gate (has_caught_up, latched): checked at every
+        # request, it turned false each time a new batch was being applied, and under a burst
+        # of metadata (10,000-partition creations, a fencing in parts) leaders refused their
+        # followers' fetches for seconds. The active controller's word (registration reached,
+        # unfenced) is what a restarted broker cannot have from a stale image.
+        return (self.lifecycle.is_caught_up and self.listener.has_caught_up
                 and not self.lifecycle.is_fenced)
 
     def _on_fatal(self, error: TidelogError) -> None:
@@ -184,7 +189,7 @@ class BrokerRuntime:
             return "not registered with the controllers yet"
         if self.lifecycle.is_fenced:
             return "fenced by the controllers (catching up with the metadata log)"
-        if not self.listener.is_caught_up:
+        if not self.listener.has_caught_up:
             return "catching up with the metadata log"
         return None
 

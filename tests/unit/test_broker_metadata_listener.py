@@ -412,6 +412,36 @@ def listener_for(client: FakeClient, *publishers: Recorder) -> MetadataListener:
                             publishers=publishers, idle_timeout_ms=500)
 
 
+def test_caught_up_once_it_stays_so_while_later_batches_are_applied() -> None:
+    # The broker serves (follower fetches, produce) once its metadata first caught up; its
+    # publishers apply each later batch while the controller already reports it committed,
+    # and that moment is not "behind" (under a burst of batches it was, for seconds).
+    log = cluster_log()
+    client = FakeClient({1: [FakeCall([records_message(0, log[:4], committed_offset=5),
+                                       records_message(4, log[4:6]), progress_message(6, 9),
+                                       records_message(6, log[6:])], then="hang")]})
+    seen: list[tuple[int, bool, bool]] = []
+
+    class Watcher(Recorder):
+        async def on_metadata_update(self, update: MetadataUpdate, image: MetadataImage) -> None:
+            seen.append((update.image.offset, listener.is_caught_up, listener.has_caught_up))
+            await super().on_metadata_update(update, image)
+
+    async def scenario() -> None:
+        await listener.start()
+        try:
+            assert await listener.wait_for_offset(9, 2_000)
+            assert listener.is_caught_up and listener.has_caught_up
+        finally:
+            await listener.stop()
+
+    listener = listener_for(client, Watcher())
+    asyncio.run(scenario())
+    # Offset 3 applied while 5 was committed: not caught up yet. Offset 5 caught up; applying
+    # 9 while 9 is committed, it is not "caught up" now but has been.
+    assert seen == [(3, False, False), (5, False, False), (9, False, True)]
+
+
 def test_the_listener_publishes_in_order_and_waits_for_offsets() -> None:
     log = cluster_log()
     client = FakeClient({1: [FakeCall([records_message(0, log[:4]), progress_message(4, 9),
