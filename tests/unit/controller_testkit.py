@@ -8,7 +8,9 @@ and compare digests.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -326,3 +328,39 @@ def replay_all(records: Sequence[metadata_pb2.MetadataRecord],
         assert outcome is None, outcome
         image = delta.apply()
     return image
+
+
+# --- a real ControllerRuntime on a one-voter quorum ------------------------------------------
+
+_RUNTIME_RESPONSES: dict[str, Any] = {
+    "register_broker": controller_pb2.RegisterBrokerResponse,
+    "broker_heartbeat": controller_pb2.BrokerHeartbeatResponse,
+    "create_topics": controller_pb2.CreateTopicsResponse,
+}
+
+
+@dataclass
+class RuntimeDriver:
+    """Writes to a ControllerRuntime as its gRPC service does (each must succeed)."""
+
+    runtime: Any  # controller.runtime.ControllerRuntime (not imported here: no asyncio deps)
+
+    async def wait_active(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.runtime.active:
+            assert time.monotonic() < deadline, "the one voter did not become active"
+            await asyncio.sleep(0.01)
+
+    async def write(self, rpc: str, request: Any) -> Any:
+        handler = getattr(self.runtime.logic, "handle_" + rpc)
+        response = await self.runtime.write(rpc, handler, request, _RUNTIME_RESPONSES[rpc])
+        assert response.error_code == common_pb2.ErrorCode.NONE, response
+        return response
+
+    async def heartbeat(self, broker_id: int, **flags: bool) -> None:
+        logic = self.runtime.logic
+        registration = logic.committed_image.cluster.broker(broker_id)
+        assert registration is not None
+        await self.write("broker_heartbeat", controller_pb2.BrokerHeartbeatRequest(
+            broker_id=broker_id, broker_epoch=registration.broker_epoch,
+            current_metadata_offset=logic.committed_offset, **flags))

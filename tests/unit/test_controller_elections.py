@@ -18,11 +18,9 @@ with its own registry, written to as its gRPC service does.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
-from controller_testkit import TestCluster, create_topic, register_request
+from controller_testkit import RuntimeDriver, TestCluster, create_topic, register_request
 from prometheus_client import CollectorRegistry
 
 from controller.managers.partition_change import LeaderElections
@@ -97,25 +95,12 @@ async def _count_on_a_one_voter_quorum(tmp_path: Path) -> None:
         return registry.get_sample_value("tidelog_controller_leader_elections_total",
                                          {"kind": kind})
 
-    async def write(rpc: str, request: Any) -> Any:
-        handler = getattr(runtime.logic, "handle_" + rpc)
-        response = await runtime.write(rpc, handler, request, _RESPONSES[rpc])
-        assert response.error_code == ErrorCode.NONE, response
-        return response
-
-    async def heartbeat(broker_id: int, **flags: bool) -> None:
-        registration = runtime.logic.committed_image.cluster.broker(broker_id)
-        assert registration is not None
-        await write("broker_heartbeat", cpb.BrokerHeartbeatRequest(
-            broker_id=broker_id, broker_epoch=registration.broker_epoch,
-            current_metadata_offset=runtime.logic.committed_offset, **flags))
+    driver = RuntimeDriver(runtime)
+    write, heartbeat = driver.write, driver.heartbeat
 
     await runtime.start()
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not runtime.active:
-            assert time.monotonic() < deadline, "the one voter did not become active"
-            await asyncio.sleep(0.01)
+        await driver.wait_active(WAIT_S)
         assert (elections("clean"), elections("unclean")) == (0, 0)
         for broker_id in (1, 2):
             await write("register_broker", register_request(broker_id, cluster_id="c"))
@@ -127,10 +112,3 @@ async def _count_on_a_one_voter_quorum(tmp_path: Path) -> None:
         assert (elections("clean"), elections("unclean")) == (1, 0)
     finally:
         await runtime.stop()
-
-
-_RESPONSES = {
-    "register_broker": cpb.RegisterBrokerResponse,
-    "broker_heartbeat": cpb.BrokerHeartbeatResponse,
-    "create_topics": cpb.CreateTopicsResponse,
-}

@@ -18,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from controller_testkit import create_topic, register_request
+from controller_testkit import RuntimeDriver, create_topic, register_request
 from prometheus_client import CollectorRegistry
 
 from controller.managers import cluster_control
@@ -31,7 +30,6 @@ from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
 from tidelog.local_cluster import free_ports
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import controller_pb2 as cpb
-from tidelog.v1.common_pb2 import ErrorCode
 
 WAIT_S = 20.0
 PART = 3
@@ -58,25 +56,13 @@ async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
     runtime = ControllerRuntime(config, cluster_id="c",
                                 metrics=ControllerMetrics(CollectorRegistry()))
 
-    async def write(rpc: str, request: Any) -> Any:
-        response = await runtime.write(rpc, getattr(runtime.logic, "handle_" + rpc), request,
-                                       _RESPONSES[rpc])
-        assert response.error_code == ErrorCode.NONE, response
-        return response
-
-    async def heartbeat(broker_id: int) -> None:
-        registration = runtime.logic.committed_image.cluster.broker(broker_id)
-        assert registration is not None
-        await write("broker_heartbeat", cpb.BrokerHeartbeatRequest(
-            broker_id=broker_id, broker_epoch=registration.broker_epoch,
-            current_metadata_offset=runtime.logic.committed_offset))
+    driver = RuntimeDriver(runtime)
+    write, heartbeat = driver.write, driver.heartbeat
 
     await runtime.start()
     try:
         deadline = time.monotonic() + WAIT_S
-        while not runtime.active:
-            assert time.monotonic() < deadline, "the one voter did not become active"
-            await asyncio.sleep(0.01)
+        await driver.wait_active(WAIT_S)
         for broker_id, broker_port in zip((1, 2, 3), refused, strict=True):
             await write("register_broker",
                         register_request(broker_id, cluster_id="c", host="127.0.0.1",
@@ -116,10 +102,3 @@ async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
 def _fenced(image: MetadataImage, broker_id: int) -> bool:
     registration = image.cluster.broker(broker_id)
     return registration is not None and registration.fenced
-
-
-_RESPONSES = {
-    "register_broker": cpb.RegisterBrokerResponse,
-    "broker_heartbeat": cpb.BrokerHeartbeatResponse,
-    "create_topics": cpb.CreateTopicsResponse,
-}
