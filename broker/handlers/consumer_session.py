@@ -33,7 +33,6 @@ the broker.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Hashable, Iterable
@@ -41,12 +40,10 @@ from typing import NamedTuple, cast
 
 from broker.handlers.common import HandlerRegistry, error_code, set_error
 from broker.handlers.fetch import (
-    FETCH_PASSES_MAX,
     FetchSessionStats,
+    ParkedRounds,
     count_consumer_out,
-    count_round,
     partition_limit,
-    woken,
 )
 from broker.partition import Partition, PartitionKey
 from broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
@@ -94,8 +91,7 @@ class ConsumerFetchSession:
         self._registry = registry
         self._core: LeaderSession[PartitionKey, pb.FetchRequest.PartitionData] = LeaderSession(
             partitions_max=CONSUMER_SESSION_PARTITIONS_MAX)
-        self._event = asyncio.Event()
-        self._parked = False
+        self._rounds = ParkedRounds()
         self._serving = False
         self._closed = False
         #: The key each listed (name, partition) resolved to, and the name of each key.
@@ -114,18 +110,18 @@ class ConsumerFetchSession:
 
     @property
     def parked(self) -> bool:
-        return self._parked
+        return self._rounds.parked
 
     def mark_dirty(self, key: Hashable) -> None:
         if self._core.mark_dirty(cast(PartitionKey, key)) is not None:
-            self._event.set()
+            self._rounds.event.set()
 
     def mark_all_dirty(self) -> None:
         if self._core.mark_all_dirty():
-            self._event.set()
+            self._rounds.event.set()
 
     def wake(self) -> None:
-        self._event.set()
+        self._rounds.event.set()
 
     # --- the stream ----------------------------------------------------------------------------
 
@@ -140,7 +136,7 @@ class ConsumerFetchSession:
         self._closed = True
         self._forget_all()
         self._registry.consumer_waiters.remove_session(self)
-        self._event.set()
+        self._rounds.event.set()
 
     def _forget_all(self) -> None:
         self._registry.consumer_waiters.untrack(self, tuple(self._core.keys()))
@@ -171,7 +167,7 @@ class ConsumerFetchSession:
         """One session request of the stream, after the gate (denied topics removed)."""
         if self._serving:
             self._serving = False  # the round in flight answers now, its partitions gone
-            self._event.set()
+            self._rounds.event.set()
             return self._refuse(InvalidFetchSessionEpochError(
                 "one fetch session request at a time: send the next after the answer"))
         self._serving = True
@@ -210,26 +206,15 @@ class ConsumerFetchSession:
         stats.full_rounds += decision.full
         stats.listed += len(listed)
         stats.forgotten += len(forgotten)
-        self._event.clear()
-        evaluated = len(decision.evaluate)
+        self._rounds.event.clear()
         total, urgent = self._evaluate(decision.evaluate, answers, 0, max_bytes)
-        urgent = urgent or bool(unresolved)
-        for _ in range(FETCH_PASSES_MAX):
-            if total >= request.min_bytes or urgent or self._closed or not self._serving:
-                break
-            self._parked = True
-            try:
-                if not await woken(self._event, deadline):
-                    break
-            finally:
-                self._parked = False
-            keys = self._core.take_dirty()
-            evaluated += len(keys)
-            total, urgent = self._evaluate(keys, answers, total, max_bytes)
-        stats.evaluated += evaluated
-        stats.answered += len(answers)
-        stats.last = (len(listed), evaluated, len(answers))
-        count_round(self._registry, "consumer", stats.last)
+        total, more = await self._rounds.gather(
+            self._core.take_dirty,
+            lambda keys, so_far: self._evaluate(keys, answers, so_far, max_bytes),
+            total, urgent or bool(unresolved), request.min_bytes, deadline,
+            lambda: self._closed or not self._serving)
+        evaluated = len(decision.evaluate) + more
+        stats.end_round(self._registry, "consumer", len(listed), evaluated, len(answers))
         return self._response(answers, unresolved, decision.next_session_epoch)
 
     def _resolve(self, request: pb.FetchRequest, unresolved: _Unresolved

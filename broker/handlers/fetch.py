@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FETCH_PASSES_MAX",
     "FetchSessionStats",
+    "ParkedRounds",
     "ReplicaFetchSession",
     "handle_fetch",
     "handle_replica_fetch",
@@ -306,31 +307,64 @@ class FetchSessionStats:
     #: The last round's (listed, evaluated, answered).
     last: tuple[int, int, int] = (0, 0, 0)
 
+    def end_round(self, registry: HandlerRegistry, kind: str, listed: int, evaluated: int,
+                  answered: int) -> None:
+        """Count a round's partitions here and in the broker's
+        tidelog_broker_fetch_session_partitions_total{kind,step}."""
+        self.evaluated += evaluated
+        self.answered += answered
+        self.last = (listed, evaluated, answered)
+        metrics = registry.metrics
+        if metrics is not None:
+            counter = metrics.fetch_session_partitions
+            for step, count in zip(("listed", "evaluated", "answered"), self.last, strict=True):
+                if count:
+                    counter.labels(kind, step).inc(count)
 
-async def woken(event: asyncio.Event, deadline: float) -> bool:
-    """Wait for a parked session round's ``event`` until ``deadline`` (time.monotonic());
-    True (and the event cleared) when it was set first, False when the deadline came."""
-    remaining_s = deadline - time.monotonic()
-    if remaining_s <= 0:
-        return False
-    try:
-        async with asyncio.timeout(remaining_s):
-            await event.wait()
-    except TimeoutError:
-        return False
-    event.clear()
-    return True
 
+class ParkedRounds:
+    """What a fetch session's round parks on (both kinds of session): the event its waiters
+    set, and whether a round is parked now."""
 
-def count_round(registry: HandlerRegistry, kind: str, last: tuple[int, int, int]) -> None:
-    """Count a session round's (listed, evaluated, answered) partitions in the broker's
-    tidelog_broker_fetch_session_partitions_total."""
-    metrics = registry.metrics
-    if metrics is not None:
-        counter = metrics.fetch_session_partitions
-        for step, count in zip(("listed", "evaluated", "answered"), last, strict=True):
-            if count:
-                counter.labels(kind, step).inc(count)
+    __slots__ = ("event", "parked")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.parked = False
+
+    async def gather(self, take_dirty: Callable[[], Sequence[PartitionKey]],
+                     evaluate: Callable[[Sequence[PartitionKey], int], tuple[int, bool]],
+                     total: int, urgent: bool, min_bytes: int, deadline: float,
+                     stop: Callable[[], bool]) -> tuple[int, int]:
+        """Until ``min_bytes`` are gathered, something is urgent, ``stop()`` or ``deadline``
+        (time.monotonic()): park, then evaluate what was marked dirty meanwhile. Returns the
+        bytes gathered and how many partitions these passes evaluated."""
+        evaluated = 0
+        for _ in range(FETCH_PASSES_MAX):
+            if total >= min_bytes or urgent or stop():
+                break
+            self.parked = True
+            try:
+                if not await self._woken(deadline):
+                    break
+            finally:
+                self.parked = False
+            keys = take_dirty()
+            evaluated += len(keys)
+            total, urgent = evaluate(keys, total)
+        return total, evaluated
+
+    async def _woken(self, deadline: float) -> bool:
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            return False
+        try:
+            async with asyncio.timeout(remaining_s):
+                await self.event.wait()
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
 
 
 class ReplicaFetchSession:
@@ -342,8 +376,7 @@ class ReplicaFetchSession:
     def __init__(self, registry: HandlerRegistry) -> None:
         self._registry = registry
         self._core: LeaderSession[PartitionKey, pb.FetchRequest.PartitionData] = LeaderSession()
-        self._event = asyncio.Event()
-        self._parked = False
+        self._rounds = ParkedRounds()
         self._closed = False
         # answer_now: requests read from the stream, rounds begun, and the request a nudge was
         # about (the last one read when it came): a nudge read before its request's round
@@ -366,7 +399,7 @@ class ReplicaFetchSession:
 
     @property
     def parked(self) -> bool:
-        return self._parked
+        return self._rounds.parked
 
     def mark_dirty(self, key: Hashable) -> None:
         if key == self._evaluating:
@@ -377,7 +410,7 @@ class ReplicaFetchSession:
             return
         if mark.repeated_at_ms is not None:
             self._fetched_again(pkey, mark.repeated_at_ms)
-        self._event.set()
+        self._rounds.event.set()
 
     def mark_all_dirty(self) -> None:
         marks = self._core.mark_all_dirty()
@@ -385,10 +418,10 @@ class ReplicaFetchSession:
             if mark.repeated_at_ms is not None:
                 self._fetched_again(key, mark.repeated_at_ms)
         if marks:
-            self._event.set()
+            self._rounds.event.set()
 
     def wake(self) -> None:
-        self._event.set()
+        self._rounds.event.set()
 
     def request_read(self) -> None:
         """The stream read a (real) request: its round is the next one to begin."""
@@ -406,7 +439,7 @@ class ReplicaFetchSession:
         instead of waiting, and the follower's next request lists what it added. A nudge that
         crossed that request's answer is stale and changes nothing."""
         self._nudged_request = self._requests_read
-        self._event.set()
+        self._rounds.event.set()
 
     @property
     def _answer_now(self) -> bool:
@@ -429,7 +462,7 @@ class ReplicaFetchSession:
         self._record_repeated_fetches()
         self._core.reset()
         self._hosted.clear()
-        self._event.set()
+        self._rounds.event.set()
 
     def _record_repeated_fetches(self) -> None:
         for key, at_ms in self._core.closing():
@@ -486,22 +519,14 @@ class ReplicaFetchSession:
             self._hosted.pop(key, None)
         stats.listed += len(listed)
         stats.forgotten += len(forgotten)
-        self._event.clear()
-        evaluated = len(decision.evaluate)
+        self._rounds.event.clear()
         total, urgent = self._evaluate(request, decision.evaluate, answers, names, 0, max_bytes)
-        urgent = urgent or invalid
-        for _ in range(FETCH_PASSES_MAX):
-            if total >= request.min_bytes or urgent or self._closed or self._answer_now:
-                break
-            self._parked = True
-            try:
-                if not await woken(self._event, deadline):
-                    break
-            finally:
-                self._parked = False
-            keys = self._core.take_dirty()
-            evaluated += len(keys)
-            total, urgent = self._evaluate(request, keys, answers, names, total, max_bytes)
+        total, more = await self._rounds.gather(
+            self._core.take_dirty,
+            lambda keys, so_far: self._evaluate(request, keys, answers, names, so_far, max_bytes),
+            total, urgent or invalid, request.min_bytes, deadline,
+            lambda: self._closed or self._answer_now)
+        evaluated = len(decision.evaluate) + more
         response = pb.FetchResponse(next_session_epoch=decision.next_session_epoch)
         by_topic: dict[bytes, list[pb.FetchResponse.PartitionData]] = {}
         for (topic_id, _), (answer, _) in answers.items():
@@ -509,10 +534,7 @@ class ReplicaFetchSession:
         for topic_id, partitions in by_topic.items():
             response.topics.add(name=names.get(topic_id, ""), topic_id=topic_id,
                                 partitions=partitions)
-        stats.evaluated += evaluated
-        stats.answered += len(answers)
-        stats.last = (len(listed), evaluated, len(answers))
-        count_round(self._registry, "follower", stats.last)
+        stats.end_round(self._registry, "follower", len(listed), evaluated, len(answers))
         return response
 
     def _evaluate(self, request: pb.FetchRequest, keys: Iterable[PartitionKey],

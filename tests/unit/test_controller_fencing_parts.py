@@ -10,7 +10,9 @@ moved before its follower ISR entries.
 
 How: ControllerRuntime in this process, FENCE_CHANGES_PER_BATCH_MAX set to 3 so that 20
 partitions need seven parts; the brokers' registered endpoints are free ports (connects are
-refused); brokers 2 and 3 keep heartbeating, broker 1 never does after it is unfenced.
+refused); broker 1's metadata stream ends (the probe's trigger); brokers 2 and 3 keep
+heartbeating, broker 1 never does after it is unfenced. Each commit is slowed so that a part is
+made while the ones before it are still in flight, which the test sees.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 from controller_testkit import RuntimeDriver, create_topic, register_request
 from prometheus_client import CollectorRegistry
 
+from controller.control import ControllerResult
 from controller.managers import cluster_control
 from controller.metrics import ControllerMetrics
 from controller.runtime import FENCE_PARTS_IN_FLIGHT, ControllerRuntime
@@ -50,12 +53,32 @@ async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
                         controller=ControllerConfig(
                             voters=(voter,), election_timeout_min_ms=70,
                             election_timeout_max_ms=100, append_entries_period_ms=20,
-                            # Only the probe can fence here: the session would take 10 minutes.
-                            broker_session_timeout_ms=600_000, broker_probe_after_ms=300,
-                            fence_check_interval_ms=50))
+                            # Only the probe can fence here: the session would take 10 minutes,
+                            # and the periodic tick (which also finishes a fencing begun, one
+                            # part at a time) does not come within the test: the probe starts
+                            # from the broker's metadata stream ending, and goes alone.
+                            broker_session_timeout_ms=600_000, broker_probe_after_ms=1_500,
+                            fence_check_interval_ms=60_000))
     runtime = ControllerRuntime(config, cluster_id="c",
                                 metrics=ControllerMetrics(CollectorRegistry()))
 
+    # Batches proposed and not committed yet, each time the probe path makes its next part:
+    # pipelined, the parts before it are still in flight; one at a time, there are none. Each
+    # commit is slowed (50 ms on the Raft thread) so that a one-voter quorum cannot commit a
+    # part before the next is made.
+    apply = runtime.apply
+
+    def slow_apply(batch: bytes, index: int) -> None:
+        time.sleep(0.05)
+        apply(batch, index)
+    runtime.apply = slow_apply  # type: ignore[method-assign]
+    pending_at_part: list[int] = []
+    next_part = runtime.logic.handle_broker_unreachable
+
+    def observed(*args: int) -> ControllerResult[None]:
+        pending_at_part.append(runtime.logic.pending_batches)
+        return next_part(*args)
+    runtime.logic.handle_broker_unreachable = observed  # type: ignore[method-assign]
     driver = RuntimeDriver(runtime)
     write, heartbeat = driver.write, driver.heartbeat
 
@@ -72,12 +95,13 @@ async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
             topics=[create_topic("t", assignments=[[1, 2, 3]] * PARTITIONS)]))
         before = runtime.logic.committed_offset
         topic_id = runtime.logic.committed_image.topics.get("t").topic_id  # type: ignore[union-attr]
+        runtime._on_metadata_stream_end(1)  # what a dead broker's FetchMetadata stream does
         images: list[MetadataImage] = []
-        while not _fenced(runtime.logic.committed_image, 1):
+        while not _fenced(image := runtime.logic.committed_image, 1):
             assert time.monotonic() < deadline + WAIT_S, "broker 1 was not fenced by the probe"
+            images.append(image)
             await heartbeat(2)
             await heartbeat(3)
-            images.append(runtime.logic.committed_image)
             await asyncio.sleep(0.02)
 
         image = runtime.logic.committed_image
@@ -95,6 +119,8 @@ async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
                for i in images]
         assert led == sorted(led, reverse=True) and led[0] == PARTITIONS
         assert not any(_fenced(i, 1) for i in images)
+        assert max(pending_at_part) >= 1, f"no part was made while another was in flight: " \
+            f"{pending_at_part}"
     finally:
         await runtime.stop()
 
