@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -45,11 +46,55 @@ POLL_S = 0.05
 BROKER_ID_BASE = 100
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now (bound together, then released)."""
-    socks = []
+#: Where :func:`free_ports` picks from when the kernel's ephemeral range leaves room: listening
+#: ports below it (or above it), so that no outgoing connection can take one between the pick and
+#: the node's bind.
+LISTEN_PORTS_LOW = 10_000
+_EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def ephemeral_port_range(path: str = _EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range for ephemeral ports (what bind(0) and outgoing connections use);
+    Linux's default when it cannot be read."""
     try:
-        for _ in range(count):
+        low, high = (int(v) for v in Path(path).read_text().split()[:2])
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def listen_port_range(ephemeral: tuple[int, int]) -> range:
+    """Ports to pick listeners from: the larger stretch outside ``ephemeral`` above
+    LISTEN_PORTS_LOW (an empty range when there is none)."""
+    low, high = ephemeral
+    below = range(LISTEN_PORTS_LOW, max(low, LISTEN_PORTS_LOW))
+    above = range(min(high + 1, 65536), 65536)
+    return max(below, above, key=len)
+
+
+def free_ports(count: int, *, rng: random.Random | None = None) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now (bound together, then released).
+
+    Picked outside the kernel's ephemeral range where it leaves room: a port picked by
+    binding port 0 is an ephemeral one, and any outgoing connection on the machine (another
+    node dialling a peer, a client) can take it before the node that was given it binds it,
+    which fails that node's start with "Address already in use". A listening port outside the
+    range is only ever taken by another listener. Falls back to binding port 0."""
+    rng = rng or random.Random()  # spreads the picks of processes started together
+    candidates = listen_port_range(ephemeral_port_range())
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count * 50):  # bounded: a port in use is skipped
+            if len(socks) == count or len(candidates) < count * 4:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((HOST, rng.choice(candidates)))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind((HOST, 0))
             socks.append(s)
