@@ -51,7 +51,7 @@ from controller.managers.common import (
     check_broker_epoch,
     set_error,
 )
-from controller.managers.replication_control import ReplicationControlManager
+from controller.managers.replication_control import PartitionKey, ReplicationControlManager
 from tidelog.errors import (
     DuplicateBrokerRegistrationError,
     InconsistentClusterIdError,
@@ -68,6 +68,16 @@ __all__ = ["ClusterControlManager", "ProbeTarget"]
 
 Records = list[metadata_pb2.MetadataRecord]
 PORT_MAX = 65535
+
+
+@dataclass(slots=True)
+class _Fencing:
+    """A fencing in parts: the registration being fenced, the partitions that had the broker
+    in their ISR when it began (the ones it led first), and where the next part goes on."""
+
+    broker_epoch: int
+    partitions: list[PartitionKey]
+    next: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +116,7 @@ class ClusterControlManager:
         # revives (seen at 30,000 partitions: three brokers' sessions expired at once while
         # their publishers were busy, each fencing stopped at its next heartbeat, and 401
         # partitions were left offline with an active broker as their last ISR member).
-        self._fencing: dict[int, int] = {}
+        self._fencing: dict[int, _Fencing] = {}
 
     @property
     def heartbeats(self) -> BrokerHeartbeatTracker:
@@ -114,7 +124,7 @@ class ClusterControlManager:
 
     def fencing_begun(self) -> dict[int, int]:
         """Brokers whose fencing began and is not finished, with the broker epoch fenced."""
-        return dict(self._fencing)
+        return {b: fencing.broker_epoch for b, fencing in self._fencing.items()}
 
     def on_become_active(self, image: MetadataImage, now_ms: int) -> None:
         """Give every registered broker a fresh session from ``now_ms`` (Kafka's rule)."""
@@ -318,16 +328,32 @@ class ClusterControlManager:
         changes only (leaderships first), without the fence: the next call, on the image
         with those applied, continues, and the last part carries the FenceBrokerRecord. As in
         Kafka, fencing is not atomic; until the last part commits the broker is just a broker
-        that leads less, as during a controlled shutdown."""
+        that leads less, as during a controlled shutdown.
+
+        The parts between the first and the last go on from where the previous one ended, in
+        the list of partitions the first one found; the first and the last look at every
+        partition, so the fence is written only once no ISR anywhere (a partition created
+        meanwhile included) has a change left for it."""
         registration = image.cluster.broker(broker_id)
         assert registration is not None
         if registration.fenced:
             raise InvariantViolation(f"broker {broker_id} is already fenced")
-        changes = self._replication.move_leadership_away(
-            image, broker_id, limit=FENCE_CHANGES_PER_BATCH_MAX + 1)
-        if len(changes) > FENCE_CHANGES_PER_BATCH_MAX:
-            self._fencing[broker_id] = registration.broker_epoch  # finished whatever happens
-            return list(changes[:FENCE_CHANGES_PER_BATCH_MAX])
+        limit = FENCE_CHANGES_PER_BATCH_MAX
+        fencing = self._fencing.get(broker_id)
+        if (fencing is not None and fencing.broker_epoch == registration.broker_epoch
+                and len(fencing.partitions) - fencing.next > limit):
+            changes, fencing.next = self._replication.move_leadership_away_among(
+                image, broker_id, fencing.partitions, fencing.next, limit)
+            if changes:
+                return changes
+        partitions = self._replication.isr_partitions_of(image, broker_id)
+        changes, next_index = self._replication.move_leadership_away_among(
+            image, broker_id, partitions, 0, limit)
+        if next_index < len(partitions):
+            # More than one batch holds: this part without the fence, and the rest follows
+            # whatever the broker does meanwhile (see _fencing).
+            self._fencing[broker_id] = _Fencing(registration.broker_epoch, partitions, next_index)
+            return changes
         self._fencing.pop(broker_id, None)
         records = [metadata_record(metadata_pb2.FenceBrokerRecord(
             broker_id=broker_id, broker_epoch=registration.broker_epoch
@@ -338,9 +364,9 @@ class ClusterControlManager:
     def _fencing_to_finish(self, image: MetadataImage) -> list[int]:
         """Brokers whose fencing began and must go on: the same registration, still unfenced.
         Forgets the others (re-registered, unregistered or fenced since)."""
-        for broker_id, broker_epoch in list(self._fencing.items()):
+        for broker_id, fencing in list(self._fencing.items()):
             registration = image.cluster.broker(broker_id)
-            if (registration is None or registration.broker_epoch != broker_epoch
+            if (registration is None or registration.broker_epoch != fencing.broker_epoch
                     or registration.fenced):
                 del self._fencing[broker_id]
         return sorted(self._fencing)

@@ -61,6 +61,9 @@ from tidelog.metadata.topic_names import (
 )
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
+#: (topic id, partition id): a partition, as the metadata image keys it.
+PartitionKey = tuple[bytes, int]
+
 __all__ = ["ReplicationControlManager"]
 
 Records = list[metadata_pb2.MetadataRecord]
@@ -433,26 +436,57 @@ class ReplicationControlManager:
         a caller can spread the work over batches (the next call continues where the image
         now stands).
         """
+        records, _ = self.move_leadership_away_among(
+            image, broker_id, self.isr_partitions_of(image, broker_id), 0, limit)
+        return records
+
+    @staticmethod
+    def isr_partitions_of(image: MetadataImage, broker_id: int) -> list[PartitionKey]:
+        """Every partition with ``broker_id`` in its ISR, the ones it leads first, each group
+        in the image's order (one pass over every partition)."""
+        leading: list[PartitionKey] = []
+        following: list[PartitionKey] = []
+        for topic, partition_id, partition in image.topics.iter_partitions():
+            if broker_id in partition.isr:
+                (leading if partition.leader == broker_id else following).append(
+                    (topic.topic_id, partition_id))
+        return leading + following
+
+    def move_leadership_away_among(
+        self, image: MetadataImage, broker_id: int, keys: Sequence[PartitionKey], start: int,
+        limit: int | None,
+    ) -> tuple[Records, int]:
+        """:meth:`move_leadership_away` for ``keys[start:]`` only (from
+        :meth:`isr_partitions_of`, on this image or an earlier one: each is looked up again,
+        and skipped when it is gone or has nothing to change), at most ``limit`` records. Also
+        returns where the next call goes on: the index after the last key looked at. A fencing
+        in parts goes on this way instead of scanning every partition for each part (at
+        30,000 partitions that scan was half of each part's cost)."""
         def eligible(b: int) -> bool:
             return b != broker_id and image.cluster.is_active(b)
 
         records: Records = []
         unclean = _UncleanLookup(image)
-        for leading in (True, False):
-            for topic, partition_id, partition in image.topics.iter_partitions():
-                if broker_id not in partition.isr or (partition.leader == broker_id) != leading:
-                    continue
-                change = build_partition_change(
-                    topic.topic_id, partition_id, partition,
-                    is_eligible=eligible,
-                    unclean_allowed=unclean(topic.name),
-                    target_isr=without_broker(partition.isr, broker_id),
-                )
-                if change is not None:
-                    records.append(metadata_record(change))
-                    if limit is not None and len(records) >= limit:
-                        return records
-        return records
+        by_id = image.topics.by_id
+        index = start
+        while index < len(keys) and (limit is None or len(records) < limit):
+            topic_id, partition_id = keys[index]
+            index += 1
+            topic = by_id.get(topic_id)
+            if topic is None:
+                continue
+            partition = topic.partitions.get(partition_id)
+            if partition is None or broker_id not in partition.isr:
+                continue
+            change = build_partition_change(
+                topic_id, partition_id, partition,
+                is_eligible=eligible,
+                unclean_allowed=unclean(topic.name),
+                target_isr=without_broker(partition.isr, broker_id),
+            )
+            if change is not None:
+                records.append(metadata_record(change))
+        return records, index
 
     def preferred_leader_elections(self, image: MetadataImage, limit: int) -> Records:
         """Kafka's automatic leader rebalance (auto.leader.rebalance.enable; KRaft's
