@@ -455,6 +455,8 @@ class ReplicaFetcher:
         elif self._rpc_backoff_ms == 0:  # log the first failure of a run, not every retry
             log.info("broker %d: fetch from %d failed: %s", manager.broker_id, self.leader_id,
                      error)
+            if isinstance(error, NetworkError):
+                manager.on_leader_unreachable(self.leader_id)
         backoff = min(FETCH_BACKOFF_MAX_MS, max(manager.fetch_backoff_ms,
                                                 self._rpc_backoff_ms * 2))
         self._rpc_backoff_ms = backoff
@@ -509,7 +511,8 @@ class ReplicaFetcherManager:
 
     def __init__(self, *, broker_id: int, broker_epoch: Callable[[], int],
                  transport: ReplicaTransport, fetch_wait_max_ms: int,
-                 fetch_backoff_ms: int = FETCH_BACKOFF_MS_DEFAULT) -> None:
+                 fetch_backoff_ms: int = FETCH_BACKOFF_MS_DEFAULT,
+                 on_leader_unreachable: Callable[[int], None] = lambda leader_id: None) -> None:
         if not 0 < fetch_wait_max_ms <= limits.FETCH_WAIT_MS_MAX:
             raise InvariantViolation(
                 f"replica.fetch.wait.max.ms {fetch_wait_max_ms} outside "
@@ -522,6 +525,9 @@ class ReplicaFetcherManager:
         self.transport = transport
         self.fetch_wait_max_ms = fetch_wait_max_ms
         self.fetch_backoff_ms = fetch_backoff_ms
+        #: Told when a fetch from a leader fails on the network (the first of a run of
+        #: failures): the broker reports it to the active controller (BrokerLifecycleManager).
+        self.on_leader_unreachable = on_leader_unreachable
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}
         self._stopping: set[asyncio.Task[None]] = set()  # idle fetchers being stopped

@@ -67,6 +67,8 @@ HEARTBEAT_TIMEOUT_MS_MIN = 1_500
 HEARTBEAT_ATTEMPT_TIMEOUT_MS = 1_000
 #: How often the loop looks at the metadata offset between heartbeats (local, no RPC).
 OFFSET_POLL_MS = 50
+#: Peers one heartbeat reports unreachable, at most (the controller reads 16).
+UNREACHABLE_REPORTED_MAX = 16
 #: A registration attempt (all retries inside the client) is bounded by this.
 REGISTRATION_ATTEMPT_TIMEOUT_MS = 10_000
 
@@ -100,6 +102,7 @@ class LifecycleStats:
     heartbeats_ok: int = 0  # answered without an error
     heartbeat_failures: int = 0  # no controller answered, or an error code
     consecutive_failures: int = 0
+    unreachable_reported: int = 0  # peers reported unreachable (report_unreachable)
 
 
 class BrokerLifecycleManager:
@@ -149,6 +152,7 @@ class BrokerLifecycleManager:
         self._is_caught_up = False
         self._want_shutdown = False
         self._reported_offset = -1  # metadata offset sent in the last heartbeat
+        self._unreachable: set[int] = set()  # peers to report in the next heartbeat
         self._failure: TidelogError | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -215,6 +219,19 @@ class BrokerLifecycleManager:
     def wake(self) -> None:
         """Send the next heartbeat now rather than at the end of the interval."""
         self._wake.set()
+
+    def report_unreachable(self, broker_id: int) -> None:
+        """This broker just failed to reach ``broker_id`` (a follower's fetch connection to its
+        leader failed): say so in a heartbeat sent now. The active controller probes it (a
+        hint, not evidence: see controller.runtime), so a dead leader is fenced in about a
+        second even when its own metadata stream went to a standby controller, whose end
+        the active one never sees."""
+        if broker_id == self.broker_id or broker_id in self._unreachable \
+                or len(self._unreachable) >= UNREACHABLE_REPORTED_MAX:
+            return
+        self._unreachable.add(broker_id)
+        self.stats.unreachable_reported += 1
+        self.wake()
 
     async def wait_unfenced(self, timeout_ms: int) -> bool:
         """Wait until a heartbeat answer says the broker is unfenced; False on timeout."""
@@ -335,9 +352,11 @@ class BrokerLifecycleManager:
 
     async def _heartbeat_once(self) -> None:
         offset = self._metadata_offset()
+        unreachable, self._unreachable = sorted(self._unreachable), set()
         request = controller_pb2.BrokerHeartbeatRequest(
             broker_id=self.broker_id, broker_epoch=self._broker_epoch,
-            current_metadata_offset=offset, want_shutdown=self._want_shutdown)
+            current_metadata_offset=offset, want_shutdown=self._want_shutdown,
+            unreachable_brokers=unreachable)
         self.stats.heartbeats_sent += 1
         try:
             response = await self._client.call(

@@ -203,6 +203,7 @@ class ReplicaManager:
         metadata_caught_up: Callable[[], bool] = lambda: True,
         peer_metadata: tuple[tuple[str, str], ...] = (),
         channels: ChannelFactory = PLAINTEXT,
+        on_leader_unreachable: Callable[[int], None] = lambda leader_id: None,
     ) -> None:
         self.broker_id = broker_id
         self.data_dir = Path(data_dir)
@@ -215,6 +216,7 @@ class ReplicaManager:
         self._metadata_caught_up = metadata_caught_up
         self._peer_metadata = peer_metadata  # our credential, sent with every follower fetch
         self._channels = channels  # plaintext or mutual TLS to the leaders
+        self._on_leader_unreachable = on_leader_unreachable  # a fetch from it failed
         self._storage: Storage | None = None
         self._fetchers: ReplicaFetcherManager | None = None
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -252,7 +254,8 @@ class ReplicaManager:
         self._fetchers = ReplicaFetcherManager(
             broker_id=self.broker_id, broker_epoch=self._broker_epoch, transport=transport,
             fetch_wait_max_ms=self.config.replica_fetch_wait_max_ms,
-            fetch_backoff_ms=self.config.replica_fetch_backoff_ms)
+            fetch_backoff_ms=self.config.replica_fetch_backoff_ms,
+            on_leader_unreachable=self._on_leader_unreachable)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run_timers(), name=f"replica-manager-{self.broker_id}-timers"),

@@ -86,7 +86,8 @@ class BrokerRuntime:
             broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
             controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
             config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
-            metadata_caught_up=self._metadata_confirmed, peer_metadata=peer, channels=channels)
+            metadata_caught_up=self._metadata_confirmed, peer_metadata=peer, channels=channels,
+            on_leader_unreachable=self.lifecycle.report_unreachable)
         #: The data plane's request handlers (broker.handlers), what the servicers call.
         self.data_plane = DataPlaneHandlers(self.replica_manager)
         #: The group coordinator's shards (one per __consumer_offsets partition led here).

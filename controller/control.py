@@ -564,16 +564,17 @@ class ControllerLogic:
         return records
 
     def start_broker_probes(
-        self, now_ms: int, *, silent_ms: int, stream_ended: Iterable[int] = (), limit: int
+        self, now_ms: int, *, silent_ms: int, hinted: Iterable[int] = (), limit: int
     ) -> list[ProbeTarget]:
         """Brokers the runtime should probe now (TCP connects to their listeners): unfenced ones
-        not heard from for more than ``silent_ms`` or whose metadata stream to this controller
-        ended (``stream_ended``), at most ``limit``. Their probes count as started at ``now_ms``
+        not heard from for more than ``silent_ms``, and those in ``hinted`` (their metadata
+        stream to this controller ended, or another broker could not reach them), at most
+        ``limit``. Their probes count as started at ``now_ms``
         (the runtime ends each with ``heartbeats.end_probe``). None on standby."""
         if not self._active:
             return []
         return self._cluster.start_probes(self._image, now_ms, silent_ms=silent_ms,
-                                          stream_ended=tuple(stream_ended), limit=limit)
+                                          hinted=tuple(hinted), limit=limit)
 
     def handle_broker_unreachable(
         self, broker_id: int, broker_epoch: int, probe_started_ms: int, now_ms: int

@@ -11,10 +11,11 @@ Threads and who owns what:
   await or a blocking Raft call.
 
 Fast fencing of dead brokers (docs/decisions.md "Failure handling without waiting out a
-session"): when a broker's metadata stream to the active controller ends, and on every periodic
-tick for brokers silent for ``broker_probe_after_ms``, the runtime probes the broker with a TCP
-connect to each registered listener, outside the lock (at most PROBES_IN_FLIGHT_MAX at once, one
-per broker). When every connect is refused it asks the logic to fence the broker
+session"): when a broker's metadata stream to the active controller ends, when another broker's
+heartbeat reports it unreachable (a follower's fetch connection to it failed), and on every
+periodic tick for brokers silent for ``broker_probe_after_ms``, the runtime probes the broker
+with a TCP connect to each registered listener, outside the lock (at most PROBES_IN_FLIGHT_MAX
+at once, one per broker). When every connect is refused it asks the logic to fence the broker
 (``handle_broker_unreachable``) and commits the records, as the periodic tick does.
 
 Activation follows Raft's rule that a leader may trust its state only after an entry of its own
@@ -36,7 +37,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from controller.control import ControllerLogic, ControllerResult
@@ -75,6 +76,8 @@ APPLIED_BATCHES_KEPT = 10_000
 LOCK_WAIT_KEEP_ALIVE_S = 0.02
 #: Pause between activation attempts while leader but unable to commit.
 ACTIVATION_RETRY_S = 0.1
+#: Brokers one heartbeat may report unreachable that are read (more are ignored).
+UNREACHABLE_HINTS_MAX = 16
 #: A probe's connect (or name lookup) gives up after this: no answer is no evidence.
 PROBE_CONNECT_TIMEOUT_S = 1.0
 #: Probes in flight at once, over all brokers (each is one connect at a time).
@@ -493,7 +496,7 @@ class ControllerRuntime:
             except (TimeoutError, ProposeError, ValueError) as e:  # ValueError: see _probe
                 self._resign_after_failure(epoch, f"fencing proposal failed: {e}")
 
-    def _start_probes(self, stream_ended: tuple[int, ...] = ()) -> None:
+    def _start_probes(self, hinted: tuple[int, ...] = ()) -> None:
         """Probe the brokers that are due (see the module doc); on the active controller only."""
         room = PROBES_IN_FLIGHT_MAX - len(self._probes)
         if not self.active or self._probe_after_ms <= 0 or room <= 0:
@@ -501,7 +504,7 @@ class ControllerRuntime:
         epoch = self._leader_epoch
         with self._lock:
             targets = self.logic.start_broker_probes(
-                monotonic_ms(), silent_ms=self._probe_after_ms, stream_ended=stream_ended,
+                monotonic_ms(), silent_ms=self._probe_after_ms, hinted=hinted,
                 limit=room)
         for target in targets:
             task = asyncio.ensure_future(self._probe(target, epoch))
@@ -583,7 +586,17 @@ class ControllerRuntime:
         brokers also move to another controller), so probe it now rather than at the next
         tick after it fell silent."""
         if broker_id >= 0:
-            self._start_probes(stream_ended=(broker_id,))
+            self._start_probes(hinted=(broker_id,))
+
+    def on_unreachable_reported(self, reporter: int, broker_ids: Sequence[int]) -> None:
+        """``reporter``'s heartbeat says it could not reach these brokers (a follower's fetch
+        connection to its leader failed): probe them now. A hint only, as a stream's end is:
+        the probe's own refused connects are the evidence, so a wrong report costs a probe
+        (spaced per broker, bounded in number), never a fencing. Read before the heartbeat
+        commits: that waits for the batches in flight."""
+        hinted = tuple(b for b in broker_ids[:UNREACHABLE_HINTS_MAX] if b != reporter)
+        if hinted:
+            self._start_probes(hinted=hinted)
 
     def _update_metrics(self) -> None:
         m = self.metrics

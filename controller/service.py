@@ -58,6 +58,9 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
 
     async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> Any:
         await self._check_broker_id(request.broker_id, context)
+        if request.unreachable_brokers:
+            self.rt.on_unreachable_reported(request.broker_id,
+                                            list(request.unreachable_brokers))
         return await self._write(self.logic.handle_broker_heartbeat, request,
                                  pb.BrokerHeartbeatResponse)
 

@@ -373,13 +373,14 @@ class ClusterControlManager:
 
     def start_probes(
         self, image: MetadataImage, now_ms: int, *, silent_ms: int,
-        stream_ended: Collection[int] = (), limit: int,
+        hinted: Collection[int] = (), limit: int,
     ) -> list[ProbeTarget]:
         """Start probes of unfenced brokers silent for more than ``silent_ms``, and of those in
-        ``stream_ended`` (their metadata stream to this controller ended: a hint, not evidence),
-        at most ``limit``; each is one in flight per broker, spaced (BrokerHeartbeatTracker)."""
+        ``hinted`` (their metadata stream to this controller ended, or another broker reported
+        them unreachable: hints, not evidence), at most ``limit``; each is one in flight per
+        broker, spaced (BrokerHeartbeatTracker)."""
         unfenced = {b: r for b, r in image.cluster.brokers.items() if not r.fenced}
-        candidates = [b for b in stream_ended if b in unfenced]
+        candidates = [b for b in hinted if b in unfenced]
         candidates += [b for b in self._heartbeats.silent_brokers(unfenced, now_ms, silent_ms)
                        if b not in candidates]
         targets: list[ProbeTarget] = []

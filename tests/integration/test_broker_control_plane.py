@@ -343,6 +343,41 @@ def test_a_dead_broker_is_fenced_before_its_session_expires(healthy: ClusterHarn
     run(with_brokers(healthy, ids, body))
 
 
+def test_a_broker_reported_unreachable_by_another_is_fenced_at_once(
+        healthy: ClusterHarness) -> None:
+    """Broker 151 stops heartbeating and nothing listens at its endpoint, but its metadata
+    stream stays open (as when it streamed from a standby controller: the active one sees no
+    stream end). Broker 152, whose fetches from it would fail, reports it in a heartbeat sent
+    at once; the active controller probes it, is refused, and fences it, long before the
+    silence probe (broker_probe_after_ms after its last heartbeat) could have."""
+    ids = [151, 152]
+    probe_after_s = 2.5  # the default broker_probe_after_ms: the silence probe's earliest
+
+    async def body(brokers: dict[int, Broker]) -> None:
+        await create_topic(brokers[151], "reported", [[151, 152]])
+        for broker in brokers.values():
+            await broker.wait_image(lambda i: i.topics.get("reported") is not None, "topic")
+        await brokers[151].lifecycle.stop()  # silent from here; its stream stays open
+        died_at = time.monotonic()
+        brokers[152].lifecycle.report_unreachable(151)
+
+        def moved(image: MetadataImage) -> bool:
+            registration = image.cluster.broker(151)
+            p = partition_of(image, "reported", 0)
+            return bool(registration and registration.fenced and p and p.leader == 152)
+
+        await brokers[152].wait_image(moved, "broker 151 fenced, leadership moved")
+        elapsed_s = time.monotonic() - died_at
+        print(f"reported broker fenced after {elapsed_s:.2f} s")
+        # Its last heartbeat was at most one interval before it stopped: the silence probe
+        # could not start before probe_after_s - interval; the report's path takes ~0.1 s.
+        assert elapsed_s < probe_after_s - HEARTBEAT_INTERVAL_MS / 1000 - 0.2, \
+            "fenced by the silence probe, not on the report"
+        assert brokers[152].lifecycle.stats.unreachable_reported == 1
+
+    run(with_brokers(healthy, ids, body))
+
+
 def test_controlled_shutdown_moves_leadership_first(healthy: ClusterHarness) -> None:
     ids = [131, 132, 133]
 

@@ -214,7 +214,7 @@ class Runner:
         self.cluster.now_ms += int(pairs.get("advance", ["0"])[0])
         targets = self.cluster.logic.start_broker_probes(
             self.cluster.now_ms, silent_ms=int(pairs.get("silent", ["2500"])[0]),
-            stream_ended=_ints(pairs.get("stream-ended", [""])[0]),
+            hinted=_ints(pairs.get("stream-ended", [""])[0]),
             limit=int(pairs.get("limit", ["100"])[0]))
         lines = []
         for t in targets:
