@@ -76,6 +76,8 @@ APPLIED_BATCHES_KEPT = 10_000
 LOCK_WAIT_KEEP_ALIVE_S = 0.02
 #: Pause between activation attempts while leader but unable to commit.
 ACTIVATION_RETRY_S = 0.1
+#: A probe started on a hint looks again this long after a listener accepted (see _probe).
+PROBE_RECHECK_S = 0.2
 #: Brokers one heartbeat may report unreachable that are read (more are ignored).
 UNREACHABLE_HINTS_MAX = 16
 #: A probe's connect (or name lookup) gives up after this: no answer is no evidence.
@@ -516,6 +518,13 @@ class ControllerRuntime:
         heard from since the probe started, or this controller is no longer the same active)."""
         try:
             refused = await _all_refused(target.endpoints)
+            if not refused and target.hinted:
+                # A dying process closes its sockets one by one: its metadata stream's end (or
+                # a follower's failed fetch) can reach us before its listeners are closed
+                # (seen: a connect accepted 1 ms after the stream ended, refused 2 ms later,
+                # and the next probe came only with the 2.5 s of silence). Once more, later.
+                await asyncio.sleep(PROBE_RECHECK_S)
+                refused = await _all_refused(target.endpoints)
             if not refused or not self.active or self._leader_epoch != leader_epoch:
                 return
             with self._lock:

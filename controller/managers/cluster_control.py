@@ -89,6 +89,9 @@ class ProbeTarget:
     #: (host, port) of each registered listener: the client one, then the inter-broker one.
     endpoints: tuple[tuple[str, int], ...]
     started_ms: int
+    #: Started on a hint (the broker's metadata stream ended, or another broker reported it),
+    #: not on silence: such a probe looks again once if a listener still accepted.
+    hinted: bool = False
 
 
 class ClusterControlManager:
@@ -393,7 +396,8 @@ class ClusterControlManager:
             endpoints = [(r.host, r.port)]
             if r.inter_broker_port and (r.inter_broker_host, r.inter_broker_port) != endpoints[0]:
                 endpoints.append((r.inter_broker_host or r.host, r.inter_broker_port))
-            targets.append(ProbeTarget(broker_id, r.broker_epoch, tuple(endpoints), now_ms))
+            targets.append(ProbeTarget(broker_id, r.broker_epoch, tuple(endpoints), now_ms,
+                                       hinted=broker_id in hinted))
         return targets
 
     def fence_unreachable(
