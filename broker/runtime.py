@@ -32,6 +32,7 @@ from broker.group.coordinator import GroupCoordinatorConfig
 from broker.group.metrics import GroupMetricsCollector
 from broker.group.runtime import GroupCoordinatorRuntime
 from broker.handlers import DataPlaneHandlers, GroupHandlers
+from broker.heap_freezer import HeapFreezer
 from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_listener import MetadataListener
 from broker.metrics import BrokerMetrics
@@ -97,6 +98,8 @@ class BrokerRuntime:
             config=GroupCoordinatorConfig(
                 session_timeout_ms=b.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms))
+        #: Freezes the heap after large metadata changes (no full GC pass over the partitions).
+        self.heap_freezer = HeapFreezer(config.node_id)
         #: The group RPCs (broker.handlers.groups).
         self.groups = GroupHandlers(self.group_coordinator, lambda: self.listener.image)
         #: ACL decisions for the client listener (broker.authz; off unless configured).
@@ -165,6 +168,8 @@ class BrokerRuntime:
         await self.listener.subscribe(self.replica_manager)
         # After the replica manager: a partition is hosted before its shard loads from it.
         await self.listener.subscribe(self.group_coordinator)
+        # Last: after a large change, the objects the others made are frozen (heap_freezer).
+        await self.listener.subscribe(self.heap_freezer)
         await self.group_coordinator.start()
         await self.listener.start()
         await self.lifecycle.start(registration_timeout_ms=REGISTRATION_TIMEOUT_MS)
