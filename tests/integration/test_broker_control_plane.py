@@ -165,6 +165,16 @@ def partition_of(image: MetadataImage, topic: str, partition_id: int
     return found.partitions.get(partition_id) if found is not None else None
 
 
+def fenced_and_moved(broker_id: int, topic: str, *, to: int
+                     ) -> Callable[[MetadataImage], bool]:
+    """An image predicate: ``broker_id`` fenced and ``topic``-0 led by ``to``."""
+    def check(image: MetadataImage) -> bool:
+        registration = image.cluster.broker(broker_id)
+        p = partition_of(image, topic, 0)
+        return bool(registration and registration.fenced and p and p.leader == to)
+    return check
+
+
 def run(scenario: Awaitable[None]) -> None:
     asyncio.run(asyncio.wait_for(scenario, 60))  # type: ignore[arg-type]
 
@@ -330,12 +340,8 @@ def test_a_dead_broker_is_fenced_before_its_session_expires(healthy: ClusterHarn
         await brokers[141].lifecycle.stop()
         await brokers[141].listener.stop()  # its metadata stream ends, as a dead process's does
 
-        def moved(image: MetadataImage) -> bool:
-            registration = image.cluster.broker(141)
-            p = partition_of(image, "dead", 0)
-            return bool(registration and registration.fenced and p and p.leader == 142)
-
-        await brokers[142].wait_image(moved, "broker 141 fenced, leadership moved")
+        await brokers[142].wait_image(fenced_and_moved(141, "dead", to=142),
+                                      "broker 141 fenced, leadership moved")
         elapsed_s = time.monotonic() - died_at
         print(f"dead broker fenced after {elapsed_s:.2f} s (session {SESSION_TIMEOUT_MS} ms)")
         assert elapsed_s < SESSION_TIMEOUT_MS / 1000 * 0.9, "fenced only at session expiry"
@@ -361,12 +367,8 @@ def test_a_broker_reported_unreachable_by_another_is_fenced_at_once(
         died_at = time.monotonic()
         brokers[152].lifecycle.report_unreachable(151)
 
-        def moved(image: MetadataImage) -> bool:
-            registration = image.cluster.broker(151)
-            p = partition_of(image, "reported", 0)
-            return bool(registration and registration.fenced and p and p.leader == 152)
-
-        await brokers[152].wait_image(moved, "broker 151 fenced, leadership moved")
+        await brokers[152].wait_image(fenced_and_moved(151, "reported", to=152),
+                                      "broker 151 fenced, leadership moved")
         elapsed_s = time.monotonic() - died_at
         print(f"reported broker fenced after {elapsed_s:.2f} s")
         # Its last heartbeat was at most one interval before it stopped: the silence probe

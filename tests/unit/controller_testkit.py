@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 from controller.control import ControllerLogic, ControllerResult, ReplayOutcome
 from controller.managers.common import ControllerConfig
+from tidelog import config as node_config
+from tidelog.local_cluster import free_ports
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
@@ -337,6 +339,28 @@ _RUNTIME_RESPONSES: dict[str, Any] = {
     "broker_heartbeat": controller_pb2.BrokerHeartbeatResponse,
     "create_topics": controller_pb2.CreateTopicsResponse,
 }
+
+
+def one_voter_config(data_dir: Any, **controller: Any) -> node_config.NodeConfig:
+    """A controller node's config for a one-voter quorum of its own on 127.0.0.1 (ports picked
+    here) with fast elections; ``controller`` overrides fields of its [controller] section."""
+    port, raft_port = free_ports(2)
+    voter = node_config.VoterConfig(id=1, host="127.0.0.1", port=port, raft_port=raft_port)
+    settings: dict[str, Any] = {"voters": (voter,), "election_timeout_min_ms": 70,
+                                "election_timeout_max_ms": 100, "append_entries_period_ms": 20}
+    return node_config.NodeConfig(
+        node_id=1, data_dir=str(data_dir), roles=("controller",),
+        controller=node_config.ControllerConfig(**(settings | controller)))
+
+
+def one_voter_runtime(data_dir: Any, *, registry: Any = None, **controller: Any) -> Any:
+    """A ControllerRuntime (not started) on :func:`one_voter_config`, cluster id "c"."""
+    from prometheus_client import CollectorRegistry
+
+    from controller.metrics import ControllerMetrics
+    from controller.runtime import ControllerRuntime
+    return ControllerRuntime(one_voter_config(data_dir, **controller), cluster_id="c",
+                             metrics=ControllerMetrics(registry or CollectorRegistry()))
 
 
 @dataclass

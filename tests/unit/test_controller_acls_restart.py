@@ -13,14 +13,14 @@ import asyncio
 import time
 from pathlib import Path
 
+from controller_testkit import one_voter_config
 from prometheus_client import CollectorRegistry
 
 from controller.metrics import ControllerMetrics
 from controller.runtime import ControllerRuntime
 from controller.service import ControllerService
 from tidelog.acl import AclBinding, AclFilter, binding_from_proto, binding_to_proto, filter_to_proto
-from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
-from tidelog.local_cluster import free_ports
+from tidelog.config import NodeConfig
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
@@ -34,12 +34,8 @@ ALTER_CLUSTER = AclBinding("User:ops", "*", "cluster", "kafka-cluster", "literal
 
 
 def _config(tmp_path: Path) -> NodeConfig:
-    port, raft_port = free_ports(2)
-    voter = VoterConfig(id=1, host="127.0.0.1", port=port, raft_port=raft_port)
-    return NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
-                      controller=ControllerConfig(voters=(voter,), election_timeout_min_ms=70,
-                                                  election_timeout_max_ms=100,
-                                                  append_entries_period_ms=20))
+    config: NodeConfig = one_voter_config(tmp_path)
+    return config
 
 
 async def _wait(predicate: object, what: str) -> None:

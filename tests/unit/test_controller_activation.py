@@ -19,30 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_testkit import RuntimeDriver, register_request
-from prometheus_client import CollectorRegistry
+from controller_testkit import RuntimeDriver, one_voter_runtime, register_request
 
-from controller.metrics import ControllerMetrics
 from controller.runtime import ControllerRuntime
-from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
-from tidelog.local_cluster import free_ports
 
 WAIT_S = 20.0
 
 
-def _runtime(tmp_path: Path) -> ControllerRuntime:
-    port, raft_port = free_ports(2)
-    voter = VoterConfig(id=1, host="127.0.0.1", port=port, raft_port=raft_port)
-    config = NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
-                        controller=ControllerConfig(voters=(voter,), election_timeout_min_ms=70,
-                                                    election_timeout_max_ms=100,
-                                                    append_entries_period_ms=20,
-                                                    fence_check_interval_ms=50))
-    return ControllerRuntime(config, cluster_id="c", metrics=ControllerMetrics(CollectorRegistry()))
-
-
 async def _with_active_runtime(tmp_path: Path, body: Any) -> None:
-    runtime = _runtime(tmp_path)
+    runtime: ControllerRuntime = one_voter_runtime(tmp_path, fence_check_interval_ms=50)
     driver = RuntimeDriver(runtime)
     await runtime.start()
     try:

@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from controller_testkit import RuntimeDriver, TestCluster, create_topic, register_request
+from controller_testkit import (
+    RuntimeDriver,
+    TestCluster,
+    create_topic,
+    one_voter_runtime,
+    register_request,
+)
 from prometheus_client import CollectorRegistry
 
 from controller.managers.partition_change import LeaderElections
-from controller.metrics import ControllerMetrics
-from controller.runtime import ControllerRuntime
-from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
-from tidelog.local_cluster import free_ports
 from tidelog.metadata.image import NO_LEADER
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
@@ -82,14 +84,8 @@ def test_the_active_controller_counts_committed_elections(tmp_path: Path) -> Non
 
 
 async def _count_on_a_one_voter_quorum(tmp_path: Path) -> None:
-    port, raft_port = free_ports(2)
-    voter = VoterConfig(id=1, host="127.0.0.1", port=port, raft_port=raft_port)
-    config = NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
-                        controller=ControllerConfig(voters=(voter,), election_timeout_min_ms=70,
-                                                    election_timeout_max_ms=100,
-                                                    append_entries_period_ms=20))
     registry = CollectorRegistry()
-    runtime = ControllerRuntime(config, cluster_id="c", metrics=ControllerMetrics(registry))
+    runtime = one_voter_runtime(tmp_path, registry=registry)
 
     def elections(kind: str) -> float | None:
         return registry.get_sample_value("tidelog_controller_leader_elections_total",

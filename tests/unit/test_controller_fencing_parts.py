@@ -22,14 +22,11 @@ import time
 from pathlib import Path
 
 import pytest
-from controller_testkit import RuntimeDriver, create_topic, register_request
-from prometheus_client import CollectorRegistry
+from controller_testkit import RuntimeDriver, create_topic, one_voter_runtime, register_request
 
 from controller.control import ControllerResult
 from controller.managers import cluster_control
-from controller.metrics import ControllerMetrics
 from controller.runtime import FENCE_PARTS_IN_FLIGHT, ControllerRuntime
-from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
 from tidelog.local_cluster import free_ports
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import controller_pb2 as cpb
@@ -47,20 +44,13 @@ def test_a_dead_broker_in_many_partitions_is_fenced_in_pipelined_parts(
 
 
 async def _fence_on_a_one_voter_quorum(tmp_path: Path) -> None:
-    port, raft_port, *refused = free_ports(5)
-    voter = VoterConfig(id=1, host="127.0.0.1", port=port, raft_port=raft_port)
-    config = NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
-                        controller=ControllerConfig(
-                            voters=(voter,), election_timeout_min_ms=70,
-                            election_timeout_max_ms=100, append_entries_period_ms=20,
-                            # Only the probe can fence here: the session would take 10 minutes,
-                            # and the periodic tick (which also finishes a fencing begun, one
-                            # part at a time) does not come within the test: the probe starts
-                            # from the broker's metadata stream ending, and goes alone.
-                            broker_session_timeout_ms=600_000, broker_probe_after_ms=1_500,
-                            fence_check_interval_ms=60_000))
-    runtime = ControllerRuntime(config, cluster_id="c",
-                                metrics=ControllerMetrics(CollectorRegistry()))
+    refused = free_ports(3)
+    # Only the probe can fence here: the session would take 10 minutes, and the periodic tick
+    # (which also finishes a fencing begun, one part at a time) does not come within the test:
+    # the probe starts from the broker's metadata stream ending, and goes alone.
+    runtime: ControllerRuntime = one_voter_runtime(
+        tmp_path, broker_session_timeout_ms=600_000, broker_probe_after_ms=1_500,
+        fence_check_interval_ms=60_000)
 
     # Batches proposed and not committed yet, each time the probe path makes its next part:
     # pipelined, the parts before it are still in flight; one at a time, there are none. Each

@@ -21,17 +21,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller_testkit import RuntimeDriver, create_topic, register_request
-from prometheus_client import CollectorRegistry
+from controller_testkit import RuntimeDriver, create_topic, one_voter_runtime, register_request
 
-from controller.metrics import ControllerMetrics
 from controller.runtime import ControllerRuntime
 from controller.service import ControllerService
-from tidelog.config import ControllerConfig, NodeConfig, VoterConfig
 from tidelog.local_cluster import HOST, free_ports
 from tidelog.v1 import controller_pb2 as cpb
 
 WAIT_S = 20.0
+
+
+def _runtime(tmp_path: Path) -> ControllerRuntime:
+    # Sessions and the silence probe out of reach: only a report can start a probe here.
+    runtime: ControllerRuntime = one_voter_runtime(
+        tmp_path, broker_session_timeout_ms=600_000, broker_probe_after_ms=300_000,
+        fence_check_interval_ms=100)
+    return runtime
 
 
 class _Context:
@@ -50,16 +55,8 @@ def test_a_broker_reported_unreachable_is_probed_and_fenced_a_live_one_is_not(
 
 
 async def _report_on_a_one_voter_quorum(tmp_path: Path) -> None:
-    port, raft_port, dead_port, port_2, port_3 = free_ports(5)
-    voter = VoterConfig(id=1, host=HOST, port=port, raft_port=raft_port)
-    config = NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
-                        controller=ControllerConfig(
-                            voters=(voter,), election_timeout_min_ms=70,
-                            election_timeout_max_ms=100, append_entries_period_ms=20,
-                            broker_session_timeout_ms=600_000, broker_probe_after_ms=300_000,
-                            fence_check_interval_ms=100))
-    runtime = ControllerRuntime(config, cluster_id="c",
-                                metrics=ControllerMetrics(CollectorRegistry()))
+    dead_port, port_2, port_3 = free_ports(3)
+    runtime = _runtime(tmp_path)
     service = ControllerService(runtime)
     driver = RuntimeDriver(runtime)
     live = socket.socket()  # broker 3's listener: accepts connects (a live, if silent, broker)
@@ -123,16 +120,8 @@ def test_a_reported_broker_still_closing_its_listeners_is_fenced(tmp_path: Path)
 
 
 async def _dying_on_a_one_voter_quorum(tmp_path: Path) -> None:
-    port, raft_port, dying_port, port_2 = free_ports(4)
-    voter = VoterConfig(id=1, host=HOST, port=port, raft_port=raft_port)
-    config = NodeConfig(node_id=1, data_dir=str(tmp_path), roles=("controller",),
-                        controller=ControllerConfig(
-                            voters=(voter,), election_timeout_min_ms=70,
-                            election_timeout_max_ms=100, append_entries_period_ms=20,
-                            broker_session_timeout_ms=600_000, broker_probe_after_ms=300_000,
-                            fence_check_interval_ms=100))
-    runtime = ControllerRuntime(config, cluster_id="c",
-                                metrics=ControllerMetrics(CollectorRegistry()))
+    dying_port, port_2 = free_ports(2)
+    runtime = _runtime(tmp_path)
     driver = RuntimeDriver(runtime)
     dying = socket.socket()  # broker 1's listener, open when the report comes
     dying.bind((HOST, dying_port))
