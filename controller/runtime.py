@@ -488,10 +488,18 @@ class ControllerRuntime:
                             self.node_id, broker_id, begun[broker_id],
                             self.config.controller.broker_session_timeout_ms)
             for record in result.records:
-                if record.WhichOneof("record") == "fence_broker":
+                if record.WhichOneof("record") != "fence_broker":
+                    continue
+                fenced = record.fence_broker
+                if fenced.broker_id in begun_before:
+                    # Its last part: the fencing may have begun on a probe's evidence.
+                    log.warning("controller %d fences broker %d (epoch %d): the last part of "
+                                "its fencing", self.node_id, fenced.broker_id,
+                                fenced.broker_epoch)
+                else:
                     log.warning("controller %d fences broker %d (epoch %d): no heartbeat within "
                                 "its session (broker_session_timeout_ms %d)", self.node_id,
-                                record.fence_broker.broker_id, record.fence_broker.broker_epoch,
+                                fenced.broker_id, fenced.broker_epoch,
                                 self.config.controller.broker_session_timeout_ms)
             try:
                 await self._commit(list(result.records), epoch)
