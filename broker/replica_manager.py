@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -57,6 +58,7 @@ from broker.partition_writer import (
 from broker.producer_ids import ControllerChannel, ProducerIdManager
 from broker.replication import ProposeIsr
 from broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
+from broker.spread_pass import SpreadPass
 from broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
 from broker.storage.cleaner import (
     CleanerConfig,
@@ -684,23 +686,27 @@ class ReplicaManager:
         config = self.config
         now = _monotonic_ms()
         due = {
-            "isr": now + config.replica_lag_time_max_ms // 2,
             "hw": now + config.hw_checkpoint_interval_ms,
-            "retention": now + config.retention_check_interval_ms,
             "cleaner": now + min(config.retention_check_interval_ms, LOG_CLEANER_BACKOFF_MS),
-            "producers": now + config.producer_state_save_interval_ms,
-            "expire": now + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
             "gauges": now,
         }
         periods = {
-            "isr": max(1, config.replica_lag_time_max_ms // 2),
             "hw": config.hw_checkpoint_interval_ms,
-            "retention": config.retention_check_interval_ms,
             "cleaner": min(config.retention_check_interval_ms, LOG_CLEANER_BACKOFF_MS),
-            "producers": config.producer_state_save_interval_ms,
-            "expire": PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
             "gauges": GAUGES_INTERVAL_MS,
         }
+        # The jobs that visit every partition go a share per tick (broker/spread_pass.py):
+        # at 100,000 partitions the ISR check alone held the event loop ~115 ms in one turn.
+        isr_period = max(1, config.replica_lag_time_max_ms // 2)
+        spread = [
+            self._spread(isr_period, lambda p, now_ms: p.tick(now_ms), now),
+            self._spread(config.retention_check_interval_ms, self._retain, now),
+            self._spread(config.producer_state_save_interval_ms,
+                         lambda p, now_ms: p.maybe_save_producer_state(), now),
+            self._spread(PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
+                         lambda p, now_ms: p.producers.maybe_expire(_wall_ms()), now),
+        ]
+        strays_due = now + isr_period
         while True:
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
             now = _monotonic_ms()
@@ -708,7 +714,17 @@ class ReplicaManager:
                 if now >= at:
                     due[job] = now + periods[job]
                     self.run_job(job)
+            for spread_pass in spread:
+                self._guarded("periodic pass", functools.partial(spread_pass.tick, now))
+            if now >= strays_due:
+                strays_due = now + isr_period
+                self._guarded("strays", self._maybe_delete_strays)
             self._guarded("flush", self._maybe_flush_storage)
+
+    def _spread(self, period_ms: int, visit: Callable[[Partition, int], object],
+                now_ms: int) -> SpreadPass[Partition]:
+        return SpreadPass(period_ms=max(1, period_ms), tick_ms=TICK_INTERVAL_MS,
+                          items=self.partitions, visit=visit, first_at_ms=now_ms + period_ms)
 
     def run_job(self, job: str) -> None:
         """Run one periodic job now (the timer calls this; tests too)."""
@@ -749,14 +765,17 @@ class ReplicaManager:
         self._maybe_delete_strays()
 
     def _enforce_retention(self) -> None:
-        now_ms = _wall_ms()
-        removed = 0
         for partition in self.partitions():
-            try:
-                removed += partition.enforce_retention(now_ms)
-            except TidelogError as error:
-                log.warning("broker %d: retention of %s failed: %s", self.broker_id,
-                            partition.name, error)
+            self._retain(partition, 0)
+
+    def _retain(self, partition: Partition, _monotonic: int) -> None:
+        """retention.ms / retention.bytes of one partition (wall clock: record timestamps)."""
+        try:
+            removed = partition.enforce_retention(_wall_ms())
+        except TidelogError as error:
+            log.warning("broker %d: retention of %s failed: %s", self.broker_id,
+                        partition.name, error)
+            return
         if removed and self.metrics is not None:
             self.metrics.retention_bytes_deleted.inc(removed)
 
