@@ -29,7 +29,7 @@ from tidelog import limits
 from tidelog.config import NodeConfig
 from tidelog.data_dir import check_data_dir
 from tidelog.node_metrics import register_node_metrics
-from tidelog.observability import MetricsServer, Readiness
+from tidelog.observability import DirectExposition, MetricsServer, Readiness
 from tidelog.rpc_guard import DecodeGuardInterceptor
 from tidelog.tls import server_credentials
 
@@ -64,18 +64,22 @@ async def _serve(config: NodeConfig, cluster_id: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     stack: list[tuple[str, Any]] = []  # (what, async stop function), stopped in reverse
     checks: list[Readiness] = []
+    direct: list[DirectExposition] = []  # collectors /metrics lets write their own families
     try:
         if config.is_controller:
             checks.append(await _start_controller(config, cluster_id, registry, stack))
         if config.is_broker:
             broker = await _start_broker(config, cluster_id, registry, stack)
             checks.append(broker.readiness)
+            if broker.replica_manager.metrics is not None:
+                direct.append(broker.replica_manager.metrics.partition_gauges)
             stop_on = broker.stopping
         else:
             stop_on = asyncio.Event()
         if config.metrics.port:
             metrics = MetricsServer(registry, lambda: _first_reason(checks),
-                                    host=config.metrics.host, port=config.metrics.port)
+                                    host=config.metrics.host, port=config.metrics.port,
+                                    direct=direct)
             metrics.start()
             stack.append(("metrics", _as_async(metrics.stop)))
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(stop_on.wait())]

@@ -236,6 +236,13 @@ class PartitionState:
         state = self._followers.get(replica_id)
         return None if state is None else dataclasses.replace(state)
 
+    def follower_log_end_offset(self, replica_id: int) -> int | None:
+        """Leader: a follower's last fetch offset (-1 before its first fetch in this leader
+        epoch), or None; :meth:`follower_state` without the copy (a scrape reads it for every
+        follower of every partition led here)."""
+        state = self._followers.get(replica_id)
+        return None if state is None else state.log_end_offset
+
     def is_under_min_isr(self, min_insync_replicas: int) -> bool:
         return self.is_leader and len(self._isr) < min_insync_replicas
 

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from broker.partition_writer import TopicIdPartition
 from broker.replica_manager import ReplicaManager
 from tidelog.metadata.image import TopicsImage
 from tidelog.metadata.records import metadata_record
+from tidelog.observability import DirectExposition, exposition
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1 import metadata_pb2
 from tidelog.v1.common_pb2 import ErrorCode
@@ -99,10 +100,15 @@ def scraped(registry: CollectorRegistry) -> Samples:
             for s in family.samples}
 
 
-def scraped_text(registry: CollectorRegistry) -> Samples:
-    """The same, parsed from /metrics' text (what the HTTP thread serves)."""
+def scraped_text(registry: CollectorRegistry,
+                 direct: Sequence[DirectExposition] = ()) -> Samples:
+    """The same, parsed from /metrics' text (what the HTTP thread serves: the partition
+    families written directly by their collector and not collected again, each family once)."""
+    families = list(text_string_to_metric_families(exposition(registry, direct).decode()))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), names
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(generate_latest(registry).decode())
+            for family in families
             if family.name in PARTITION_GAUGE_NAMES for s in family.samples}
 
 
@@ -158,6 +164,10 @@ def test_scrape_reports_what_the_timer_gauges_reported(tmp_path: Path) -> None:
 
         # From another thread, as the metrics HTTP server scrapes: the loop answers.
         assert await asyncio.to_thread(scraped_text, c.registries[1]) == timer_gauges(manager)
+        assert manager.metrics is not None
+        direct = [manager.metrics.partition_gauges]
+        assert await asyncio.to_thread(scraped_text, c.registries[1], direct) \
+            == timer_gauges(manager)
 
         # rf2 is deleted: its series go.
         c.controller.submit(c.controller.logic.handle_delete_topics(
@@ -170,6 +180,29 @@ def test_scrape_reports_what_the_timer_gauges_reported(tmp_path: Path) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await poll
     scenario(tmp_path, body)
+
+
+def test_the_direct_exposition_is_what_prometheus_client_would_write() -> None:
+    taken = broker_metrics.PartitionGauges(
+        partitions=3, leaders=2, under_replicated=1, under_min_isr=1, acks_all_waiting=4,
+        delayed_fetches=(("follower", 2), ("consumer", 1)),
+        log_sizes=[("a", 0, 10), ("a", 1, 0), ("b.c-d_e", 7, 5), ("a", 0, 11)],  # last wins
+        high_watermark_lags=[("a", 0, 3)],
+        follower_lags=[("a", 0, 102, 7), ("a", 0, 103, -1)])
+
+    class Once:
+        def collect(self) -> Iterator[Any]:
+            return broker_metrics.partition_families(taken)
+
+    def parsed(text: bytes) -> list[tuple[str, str, str, Samples]]:
+        return [(f.name, f.type, f.documentation,
+                 {(s.name, tuple(sorted(s.labels.items()))): s.value for s in f.samples})
+                for f in text_string_to_metric_families(text.decode())]
+    expected = parsed(generate_latest(Once()))  # type: ignore[arg-type]
+    assert parsed(broker_metrics.partition_exposition(taken)) == expected
+    assert len(expected) == len(PARTITION_GAUGE_NAMES)
+    assert expected[-1][3][("tidelog_broker_log_size_bytes",
+                            (("partition", "0"), ("topic", "a")))] == 11
 
 
 def test_before_the_timer_binds_them_the_counts_are_zero_and_no_series_exist() -> None:
