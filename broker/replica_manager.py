@@ -706,7 +706,6 @@ class ReplicaManager:
             self._spread(PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
                          lambda p, now_ms: p.producers.maybe_expire(_wall_ms()), now),
         ]
-        strays_due = now + isr_period
         while True:
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
             now = _monotonic_ms()
@@ -716,9 +715,6 @@ class ReplicaManager:
                     self.run_job(job)
             for spread_pass in spread:
                 self._guarded("periodic pass", functools.partial(spread_pass.tick, now))
-            if now >= strays_due:
-                strays_due = now + isr_period
-                self._guarded("strays", self._maybe_delete_strays)
             self._guarded("flush", self._maybe_flush_storage)
 
     def _spread(self, period_ms: int, visit: Callable[[Partition, int], object],
