@@ -4,10 +4,10 @@ CPython's cyclic collector stops the whole process for a full (generation 2) pas
 tracked object. A broker's partitions are many long-lived objects (partition, replication
 state, log, leader-epoch cache, producer state, config, metrics: about 22 tracked objects a
 partition), and a full pass over them is a pause of the event loop: measured here, 684 ms at
-30,000 hosted partitions (660,000 tracked objects), so about 2 s at 100,000, during which the
-broker neither heartbeats nor answers fetches. Full passes come when the objects that survived
-younger passes since the last one reach a quarter of the long-lived ones: after each large
-metadata change (creation, a fencing, a restart's catch-up), just when the broker is busiest.
+30,000 hosted partitions (660,000 tracked objects), by proportion about 2 s at 100,000, during
+which the broker neither heartbeats nor answers fetches. Full passes come when the objects that
+survived younger passes since the last one reach a quarter of the long-lived ones: after each
+large metadata change (creation, a fencing, a restart's catch-up), just when the broker is busiest.
 
 ``gc.freeze()`` moves every tracked object into a permanent generation that no pass looks at,
 in O(1) (Instagram's use for a large, long-lived Python heap). :class:`HeapFreezer`, a metadata

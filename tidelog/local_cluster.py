@@ -84,8 +84,9 @@ def free_ports(count: int, *, rng: random.Random | None = None) -> list[int]:
     candidates = listen_port_range(ephemeral_port_range())
     socks: list[socket.socket] = []
     try:
-        for _ in range(count * 50):  # bounded: a port in use is skipped
-            if len(socks) == count or len(candidates) < count * 4:
+        attempts = count * 50 if len(candidates) >= count * 4 else 0  # a port in use is skipped
+        for _ in range(attempts):
+            if len(socks) == count:
                 break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:

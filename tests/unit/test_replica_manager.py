@@ -21,6 +21,7 @@ can cut a broker off. Each test runs under ``asyncio.run`` with real (short) tim
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -83,6 +84,7 @@ class Network:
         # Fetches a leader is handling (parked or not): after a cut, a test waits for 0 so that
         # no fetch sent before the cut can still move a follower's position at its leader.
         self.in_flight = 0
+        self.refused: collections.Counter[int] = collections.Counter()  # fetches, by follower
 
     def transport(self, source: int) -> _Transport:
         return _Transport(self, source)
@@ -98,6 +100,7 @@ class _Transport:
         network = self.network
         leader = network.managers.get(leader_id)
         if leader is None or {self.source, leader_id} & network.cut:
+            network.refused[self.source] += 1
             await asyncio.sleep(0.01)
             raise NetworkError(f"broker {leader_id} unreachable from {self.source}")
         wire = pb.FetchRequest.FromString(request.SerializeToString())
@@ -132,6 +135,8 @@ class Cluster:
         self.generation: dict[int, int] = dict.fromkeys(broker_ids, 1)
         # What the active controller last said of each broker's metadata (heartbeat is_caught_up).
         self.caught_up: dict[int, bool] = dict.fromkeys(broker_ids, True)
+        #: Leaders each broker reported it could not reach (what its heartbeat would carry).
+        self.unreachable: dict[int, list[int]] = {}
         for broker_id in broker_ids:
             format_data_dir(self.data_dir(broker_id), CLUSTER_ID, broker_id)
 
@@ -157,7 +162,8 @@ class Cluster:
             controller=self, broker_epoch=lambda: self.controller.broker_epoch(broker_id),
             config=self.config, transport=self.network.transport(broker_id),
             metrics=BrokerMetrics(registry),
-            metadata_caught_up=lambda: self.caught_up[broker_id])
+            metadata_caught_up=lambda: self.caught_up[broker_id],
+            on_leader_unreachable=self.unreachable.setdefault(broker_id, []).append)
         await manager.start()
         self.managers[broker_id] = manager
         self.registries[broker_id] = registry
@@ -486,6 +492,27 @@ def test_a_diverged_follower_truncates_to_the_new_leader(base: Path) -> None:
         await c.restart(1)
         await c.converged("t", (1, 2, 3))
         assert values(c.log_batches(1, "t")) == [b"committed", b"new-1", b"new-2"]
+    scenario(base, body)
+
+
+def test_followers_report_a_leader_they_cannot_reach_once_per_run_of_failures(
+        base: Path) -> None:
+    # What the broker's heartbeat then carries (unreachable_brokers), so the active controller
+    # probes a dead leader at once (controller.runtime.on_unreachable_reported).
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        c.create_topic("t", [[1, 2, 3]])
+        assert (await c.produce("t", batch(b"x"))).error_code == ErrorCode.NONE
+        await c.converged("t", (1, 2, 3))
+        assert c.unreachable.get(2, []) == [] and c.unreachable.get(3, []) == []
+        c.network.cut = {1}  # the leader's link: each follower's fetches from it fail
+        await until(lambda: c.unreachable.get(2) == [1] and c.unreachable.get(3) == [1],
+                    "both followers report leader 1")
+        failed = c.network.refused[2]
+        await until(lambda: c.network.refused[2] >= failed + 2, "more failed fetches")
+        assert c.unreachable[2] == [1], "a run of failures is reported once"
+        c.network.cut = set()
+        await c.converged("t", (1, 2, 3))
     scenario(base, body)
 
 
