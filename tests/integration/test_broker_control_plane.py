@@ -313,9 +313,12 @@ def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness)
         assert elapsed_s >= SESSION_TIMEOUT_MS / 1000 * 0.9, "fenced before the session ended"
         p = partition_of(image, "fence-me", 0)
         assert p is not None and 121 not in p.isr and p.leader_epoch == 1
-        await brokers[123].wait_image(moved, "broker 121 fenced, new leader")
         # The new leader was told to lead at epoch 1, the other survivor to follow it; the
-        # silent broker's listener (still running) learned it is a follower now.
+        # silent broker's listener (still running) learned it is a follower now. Each listener
+        # applies the change on its own stream: wait for each before reading its changes (the
+        # silent broker's came after 122's in a CI run, and was read before it arrived).
+        for b in (123, 121):
+            await brokers[b].wait_image(moved, "broker 121 fenced, new leader")
         for b in ids:
             kind, change = brokers[b].recorder.changes("fence-me", 0)[-1]
             expected = "leaders" if b == p.leader else "followers"
