@@ -35,7 +35,9 @@ offset against the request).
 Back-off: a partition whose answer asks for it (BackoffFetch: a retriable error such as
 NOT_LEADER_OR_FOLLOWER while the leader's metadata catches up) sits out ``fetch_backoff_ms``;
 a failed RPC (leader down or hung) backs the whole fetcher off, doubling from
-``fetch_backoff_ms`` to ``FETCH_BACKOFF_MAX_MS``. A fetcher with nothing to fetch waits for a
+``fetch_backoff_ms`` to ``FETCH_BACKOFF_MAX_MS``, and its retries list no partition until
+the leader answers again (a dead leader's followers do not re-plan every partition they
+followed from it at each retry). A fetcher with nothing to fetch waits for a
 wake-up (bounded), never spins.
 
 The wire is behind :class:`ReplicaTransport`: gRPC in a broker (:class:`GrpcReplicaTransport`),
@@ -69,7 +71,7 @@ import grpc
 from broker.controller_client import CHANNEL_OPTIONS
 from broker.partition import Partition, PartitionKey
 from broker.replication import FollowerFetch
-from broker.replication.fetch_session import FollowerPlan, FollowerSession
+from broker.replication.fetch_session import REQUEST_PARTITIONS_MAX, FollowerPlan, FollowerSession
 from tidelog import limits
 from tidelog.errors import NetworkError, TidelogError
 from tidelog.invariants import InvariantViolation, check
@@ -303,6 +305,7 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"replica-fetcher-{manager.broker_id}-from-{leader_id}")
         self.fetches = 0  # answered RPCs (tests and logs)
+        self.failures = 0  # RPCs that failed (network, time-out, unexpected)
         self.full_requests = 0  # of them, full ones
         self.partitions_listed = 0  # partitions listed in the requests sent (tests)
         self.last_listed = 0  # in the last request sent
@@ -343,7 +346,7 @@ class ReplicaFetcher:
                 await self._idle()
                 continue
             plan = self._plan(now_ms)
-            if not (plan.listed or plan.forgotten or len(self.session)):
+            if not (plan.listed or plan.forgotten or len(self.session) or self.session.pending):
                 await self._idle()
                 continue
             self._wake.clear()
@@ -355,14 +358,22 @@ class ReplicaFetcher:
 
     def _plan(self, now_ms: float) -> FollowerPlan[PartitionKey, FollowerFetch]:
         """The next request's partitions (broker.replication.fetch_session.FollowerSession):
-        every fetchable one when full, else the changed ones and those back from a back-off."""
+        every fetchable one when full, else the changed ones and those back from a back-off.
+
+        After a failed exchange the next full request lists nothing: it only finds out whether
+        the leader answers again, and the partitions join the new session incrementally once
+        it does (one round trip more). A follower of a dead leader used to plan and encode a
+        request of every partition it followed from it at each retry -- 16,700 partitions at
+        100,000, while the fencing was moving them away -- and that took 16% of its event
+        loop in a kill -9 (py-spy; the listener applying the fencing had 11%)."""
         session = self.session
         if self._backoff_until_ms:
             for key, until in list(self._backoff_until_ms.items()):
                 if until <= now_ms:
                     del self._backoff_until_ms[key]
                     session.mark_changed(key, relist=True)
-        return session.plan(self._fetch_of, self._rotated)
+        listed_max = 0 if self._rpc_backoff_ms and session.full else REQUEST_PARTITIONS_MAX
+        return session.plan(self._fetch_of, self._rotated, listed_max)
 
     def _rotated(self) -> list[PartitionKey]:
         keys = list(self.partitions)
@@ -449,6 +460,7 @@ class ReplicaFetcher:
 
     async def _on_rpc_failure(self, error: BaseException) -> None:
         manager = self.manager
+        self.failures += 1
         if not isinstance(error, TidelogError):
             log.error("broker %d: fetch from %d failed unexpectedly", manager.broker_id,
                       self.leader_id, exc_info=error)

@@ -357,6 +357,48 @@ def test_a_session_the_leader_lost_is_refused_and_the_follower_starts_over(base:
 
 
 
+def test_retries_to_an_unreachable_leader_list_nothing_and_the_session_resumes(
+        base: Path) -> None:
+    # A follower of a dead leader retries with requests that list no partition (it used to
+    # list every partition it followed from it at each retry: at 100,000 partitions that
+    # took a sixth of a broker's event loop during a kill -9); once the leader answers, the
+    # partitions join the new session incrementally and replication goes on.
+    count = 12
+
+    async def body(c: Cluster) -> None:
+        await c.start_all()
+        create_many(c, "t", count)
+        for p in range(count):
+            answer = await c.produce("t", batch(b"before-%d" % p), partition=p)
+            assert answer.error_code == ErrorCode.NONE, answer
+        await all_caught_up(c, "t", count)
+        follower = c.managers[2]
+        assert follower._fetchers is not None
+        fetcher = follower._fetchers.fetchers[1]
+        followed = len(fetcher.partitions)
+        assert followed >= 2 and len(fetcher.session) == followed
+        c.network.cut = {1}
+        await until(lambda: fetcher.failures >= 1, "a failed fetch")
+        listed = fetcher.partitions_listed
+        await until(lambda: fetcher.failures >= 4, "three retries")
+        assert fetcher.partitions_listed == listed, "the retries listed partitions"
+        full_before, fetches_before = fetcher.full_requests, fetcher.fetches
+        c.network.cut = set()
+        await until(lambda: len(fetcher.session) == followed and not fetcher.session.full,
+                    "every partition back in an incremental session")
+        assert fetcher.full_requests > full_before
+        assert fetcher.partitions_listed >= listed + followed
+        await until(lambda: fetcher.fetches >= fetches_before + 2,
+                    "the empty full request answered, then the one listing the rest")
+        for p in range(count):
+            answer = await c.produce("t", batch(b"after-%d" % p), partition=p)
+            assert answer.error_code == ErrorCode.NONE, (p, answer)
+        await all_caught_up(c, "t", count)
+        for p in range(count):
+            await c.converged("t", (1, 2, 3), partition=p)
+    scenario(base, body, config=FAST)
+
+
 def test_a_nudge_read_before_its_request_is_served_still_answers_it(base: Path) -> None:
     # The leader's stream handler reads ahead: a follower's request and the answer_now nudge
     # right behind it may both be read before the request's round begins. The nudge is about
