@@ -12,8 +12,9 @@ Threads and who owns what:
 
 Fast fencing of dead brokers (docs/decisions.md "Failure handling without waiting out a
 session"): when a broker's metadata stream to the active controller ends, when another broker's
-heartbeat reports it unreachable (a follower's fetch connection to it failed), and on every
-periodic tick for brokers silent for ``broker_probe_after_ms``, the runtime probes the broker
+heartbeat reports it unreachable (a follower's fetch connection to it failed), once for every
+unfenced broker when this controller becomes active, and on every periodic tick for brokers
+silent for ``broker_probe_after_ms``, the runtime probes the broker
 with a TCP connect to each registered listener, outside the lock (at most PROBES_IN_FLIGHT_MAX
 at once, one per broker). When every connect is refused it asks the logic to fence the broker
 (``handle_broker_unreachable``) and commits the records, as the periodic tick does.
@@ -78,6 +79,8 @@ LOCK_WAIT_KEEP_ALIVE_S = 0.02
 ACTIVATION_RETRY_S = 0.1
 #: A probe started on a hint looks again this long after a listener accepted (see _probe).
 PROBE_RECHECK_S = 0.2
+#: After an activation, every unfenced broker is probed this much later (see _activate).
+ACTIVATION_PROBE_DELAY_S = 0.01
 #: Brokers one heartbeat may report unreachable that are read (more are ignored).
 UNREACHABLE_HINTS_MAX = 16
 #: A probe's connect (or name lookup) gives up after this: no answer is no evidence.
@@ -359,7 +362,24 @@ class ControllerRuntime:
             self.metrics.active.set(1)
             log.info("controller %d is active (leader epoch %d, metadata offset %d)",
                      self.node_id, leader_epoch, self.logic.committed_offset)
+            # A broker that died with the previous active controller (a shared host), or
+            # whose fencing that controller began, left this one no hint: its metadata stream
+            # and its followers' reports went to the old one, and this one would probe it
+            # only after broker_probe_after_ms of silence counted from now (seen at 100,000
+            # partitions: an election mid-fencing, and the fencing went on 2.9 s later). So
+            # every unfenced broker is probed once, now: a connect costs a live broker nothing.
+            # A little later than the sessions' start, which a probe's evidence must follow.
+            with self._lock:
+                unfenced = tuple(b for b, r in self.logic.image.cluster.brokers.items()
+                                 if not r.fenced)
+            if unfenced:
+                asyncio.get_running_loop().call_later(
+                    ACTIVATION_PROBE_DELAY_S, self._probe_at_activation, leader_epoch, unfenced)
             return
+
+    def _probe_at_activation(self, leader_epoch: int, broker_ids: tuple[int, ...]) -> None:
+        if self.active and self._leader_epoch == leader_epoch:
+            self._start_probes(hinted=broker_ids)
 
     # ----------------------------------------------------------- write path (event loop)
     async def _commit(self, records: list[metadata_pb2.MetadataRecord], leader_epoch: int) -> int:

@@ -20,6 +20,7 @@ so tests do not disturb each other, and explicit replica assignments so placemen
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -104,6 +105,13 @@ class Broker:
                  cluster_id: str | None = None,
                  on_fatal: Callable[[Exception], None] | None = None) -> None:
         self.broker_id = broker_id
+        # Something listens at its registered endpoint, as at a live (if stalled) broker
+        # process's: the controller's probe connects (a controller probes every broker when it
+        # becomes active, too) are accepted, so they are no evidence of death.
+        self._accepting = socket.socket()
+        self._accepting.bind(("127.0.0.1", 0))
+        self._accepting.listen()
+        self.port = self._accepting.getsockname()[1]
         cluster_id = cluster_id or cluster.cluster_id
         self.client = ControllerClient(cluster.voters, name=f"broker {broker_id}",
                                        peer_metadata=_credential(cluster, broker_id))
@@ -113,7 +121,7 @@ class Broker:
                                          on_fatal=on_fatal)
         self.lifecycle = BrokerLifecycleManager(
             broker_id=broker_id, cluster_id=cluster_id, host="127.0.0.1",
-            port=20_000 + broker_id, client=self.client,
+            port=self.port, client=self.client,
             metadata_offset=lambda: self.listener.offset,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
 
@@ -121,10 +129,16 @@ class Broker:
         await self.listener.start()
         await self.lifecycle.start(registration_timeout_ms=WAIT_MS)
 
+    def stop_accepting(self) -> None:
+        """Nothing listens at its endpoint any more, as after its process died: the
+        controller's probe connects are refused."""
+        self._accepting.close()
+
     async def close(self) -> None:
         await self.lifecycle.stop()
         await self.listener.stop()
         await self.client.close()
+        self.stop_accepting()
 
     async def wait_image(self, predicate: Callable[[MetadataImage], bool],
                          what: str) -> MetadataImage:
@@ -284,14 +298,6 @@ def test_a_hung_active_controller_does_not_stop_the_broker(healthy: ClusterHarne
     run(with_brokers(healthy, ids, body))
 
 
-async def _accepting(broker: Broker) -> asyncio.Server:
-    """Something listening at the broker's registered endpoint, as a live (if stalled) broker
-    process has: the controller's probe connects are accepted, so it is no evidence of death."""
-    async def close(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.close()
-    return await asyncio.start_server(close, "127.0.0.1", 20_000 + broker.broker_id)
-
-
 def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness) -> None:
     ids = [121, 122, 123]
 
@@ -299,7 +305,6 @@ def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness)
         await create_topic(brokers[121], "fence-me", [[121, 122, 123]])
         for broker in brokers.values():
             await broker.wait_image(lambda i: i.topics.get("fence-me") is not None, "fence-me")
-        server = await _accepting(brokers[121])
         await brokers[121].lifecycle.stop()  # no more heartbeats, no controlled shutdown
         stopped_at = time.monotonic()
 
@@ -324,7 +329,6 @@ def test_a_silent_broker_is_fenced_and_loses_leadership(healthy: ClusterHarness)
             expected = "leaders" if b == p.leader else "followers"
             assert (kind, change.registration.leader, change.registration.leader_epoch) == (
                 expected, p.leader, 1), b
-        server.close()
 
     run(with_brokers(healthy, ids, body))
 
@@ -341,6 +345,7 @@ def test_a_dead_broker_is_fenced_before_its_session_expires(healthy: ClusterHarn
             await broker.wait_image(lambda i: i.topics.get("dead") is not None, "dead")
         died_at = time.monotonic()
         await brokers[141].lifecycle.stop()
+        brokers[141].stop_accepting()
         await brokers[141].listener.stop()  # its metadata stream ends, as a dead process's does
 
         await brokers[142].wait_image(fenced_and_moved(141, "dead", to=142),
@@ -367,6 +372,7 @@ def test_a_broker_reported_unreachable_by_another_is_fenced_at_once(
         for broker in brokers.values():
             await broker.wait_image(lambda i: i.topics.get("reported") is not None, "topic")
         await brokers[151].lifecycle.stop()  # silent from here; its stream stays open
+        brokers[151].stop_accepting()
         died_at = time.monotonic()
         brokers[152].lifecycle.report_unreachable(151)
 

@@ -12,6 +12,7 @@ quorum keeps serving. Brokers are simulated by this test registering and heartbe
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import urllib.request
@@ -141,15 +142,23 @@ def read_image(stub: Any, cluster_id: str,
 
 
 class Brokers:
-    """Three simulated brokers: registered, and heartbeating from a thread until told to stop."""
+    """Three simulated brokers: registered, and heartbeating from a thread until told to stop.
+    Each listens at its registered endpoint, as a live broker does: a controller's probe (a new
+    active controller probes every broker) is accepted, so it is no evidence of death."""
 
     def __init__(self, admin: Admin, cluster_id: str, ids: tuple[int, ...] = (101, 102, 103)):
         self.admin = admin
         self.epochs: dict[int, int] = {}
+        self._listeners: list[socket.socket] = []
         for broker_id in ids:
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            self._listeners.append(listener)
+            port = listener.getsockname()[1]
             r = admin.call("RegisterBroker", controller_pb2.RegisterBrokerRequest(
                 cluster_id=cluster_id, broker_id=broker_id, incarnation_id=uuid.uuid4().bytes,
-                endpoint=common_pb2.Endpoint(host="127.0.0.1", port=30000 + broker_id)))
+                endpoint=common_pb2.Endpoint(host="127.0.0.1", port=port)))
             assert r.error_code == ErrorCode.NONE, r.error_message
             self.epochs[broker_id] = r.broker_epoch
         self.silent: set[int] = set()
@@ -178,9 +187,14 @@ class Brokers:
             time.sleep(0.1)
         raise AssertionError("brokers stayed fenced")
 
-    def close(self) -> None:
+    def stop_heartbeats(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+    def close(self) -> None:
+        self.stop_heartbeats()
+        for listener in self._listeners:
+            listener.close()
 
 
 @pytest.fixture
@@ -281,7 +295,9 @@ def test_full_cluster_kill_and_restart_keeps_committed_state(cluster: LocalClust
     for i in range(3):
         assert admin.call("CreateTopics", create_topic(f"keep-{i}")).topics[0].error_code == 0
     before = assert_identical_images(admin, cluster)
-    brokers.close()
+    # Silent from here, but still listening: the new active controller's probes find them
+    # alive, and their sessions (restarted with the new leadership) outlast the comparison.
+    brokers.stop_heartbeats()
     for c in cluster.controllers():
         cluster.kill(c.name)
     cluster.start_all()

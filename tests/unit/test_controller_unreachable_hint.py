@@ -143,3 +143,55 @@ async def _dying_on_a_one_voter_quorum(tmp_path: Path) -> None:
     finally:
         dying.close()
         await runtime.stop()
+
+
+def test_a_new_active_controller_probes_every_broker_at_once(tmp_path: Path) -> None:
+    """A broker that died with the previous active controller, or whose fencing that controller
+    began, left no hint with the new one (its stream and its followers' reports went to the old
+    one): the new active controller probes every unfenced broker as it activates, instead of
+    after broker_probe_after_ms of silence counted from its activation (seen at 100,000
+    partitions: an election mid-fencing, and the fencing went on only 2.9 s later)."""
+    asyncio.run(_activation_on_a_one_voter_quorum(tmp_path))
+
+
+async def _activation_on_a_one_voter_quorum(tmp_path: Path) -> None:
+    dead_port, live_port = free_ports(2)
+    runtime = _runtime(tmp_path)
+    driver = RuntimeDriver(runtime)
+    live = socket.socket()  # broker 2's listener: accepts connects
+    live.bind((HOST, live_port))
+    live.listen()
+
+    def fenced(broker_id: int) -> bool:
+        registration = runtime.logic.committed_image.cluster.broker(broker_id)
+        return registration is not None and registration.fenced
+
+    await runtime.start()
+    try:
+        await driver.wait_active(WAIT_S)
+        for broker_id, broker_port in ((1, dead_port), (2, live_port)):
+            await driver.write("register_broker", register_request(
+                broker_id, cluster_id="c", host=HOST, port=broker_port))
+            await driver.heartbeat(broker_id)
+        await driver.write("create_topics", cpb.CreateTopicsRequest(
+            topics=[create_topic("t", assignments=[[1, 2], [2, 1]])]))
+        assert not fenced(1) and not fenced(2)
+        # As after an election won by another controller: this one activates again, with
+        # fresh sessions for every broker and no hint about broker 1, whose listener is gone.
+        runtime._resign("the test's election")
+        runtime._maybe_reactivate()
+        await driver.wait_active(WAIT_S)
+        deadline = time.monotonic() + WAIT_S
+        while not fenced(1):
+            assert time.monotonic() < deadline, "broker 1 was not fenced after the activation"
+            await asyncio.sleep(0.02)
+        topic = runtime.logic.committed_image.topics.get("t")
+        assert topic is not None
+        assert all(p.leader == 2 and p.isr == (2,) for p in topic.partitions.values())
+        while runtime._probes:  # broker 2's probe (accepted, looked at twice) ends
+            assert time.monotonic() < deadline, "the probe of broker 2 did not end"
+            await asyncio.sleep(0.02)
+        assert not fenced(2)
+    finally:
+        live.close()
+        await runtime.stop()
