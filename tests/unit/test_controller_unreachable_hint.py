@@ -49,6 +49,27 @@ class _Context:
         raise AssertionError(f"aborted: {code} {details}")
 
 
+def _listening(port: int) -> socket.socket:
+    """A broker's listener: connects to it are accepted (a live, if silent, broker)."""
+    listener = socket.socket()
+    listener.bind((HOST, port))
+    listener.listen()
+    return listener
+
+
+def _fenced(runtime: ControllerRuntime, broker_id: int) -> bool:
+    registration = runtime.logic.committed_image.cluster.broker(broker_id)
+    return registration is not None and registration.fenced
+
+
+async def _register(driver: RuntimeDriver, ports: dict[int, int]) -> None:
+    """Register each broker at its port and heartbeat it once."""
+    for broker_id, broker_port in ports.items():
+        await driver.write("register_broker", register_request(
+            broker_id, cluster_id="c", host=HOST, port=broker_port))
+        await driver.heartbeat(broker_id)
+
+
 def test_a_broker_reported_unreachable_is_probed_and_fenced_a_live_one_is_not(
         tmp_path: Path) -> None:
     asyncio.run(_report_on_a_one_voter_quorum(tmp_path))
@@ -59,9 +80,7 @@ async def _report_on_a_one_voter_quorum(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
     service = ControllerService(runtime)
     driver = RuntimeDriver(runtime)
-    live = socket.socket()  # broker 3's listener: accepts connects (a live, if silent, broker)
-    live.bind((HOST, port_3))
-    live.listen()
+    live = _listening(port_3)  # broker 3: alive, if silent
 
     def heartbeat_request(broker_id: int, *unreachable: int) -> cpb.BrokerHeartbeatRequest:
         logic = runtime.logic
@@ -72,16 +91,12 @@ async def _report_on_a_one_voter_quorum(tmp_path: Path) -> None:
             current_metadata_offset=logic.committed_offset, unreachable_brokers=unreachable)
 
     def fenced(broker_id: int) -> bool:
-        registration = runtime.logic.committed_image.cluster.broker(broker_id)
-        return registration is not None and registration.fenced
+        return _fenced(runtime, broker_id)
 
     await runtime.start()
     try:
         await driver.wait_active(WAIT_S)
-        for broker_id, broker_port in ((1, dead_port), (2, port_2), (3, port_3)):
-            await driver.write("register_broker", register_request(
-                broker_id, cluster_id="c", host=HOST, port=broker_port))
-            await driver.heartbeat(broker_id)
+        await _register(driver, {1: dead_port, 2: port_2, 3: port_3})
         await driver.write("create_topics", cpb.CreateTopicsRequest(
             topics=[create_topic("t", assignments=[[1, 2, 3]] * 3)]))
 
@@ -123,21 +138,16 @@ async def _dying_on_a_one_voter_quorum(tmp_path: Path) -> None:
     dying_port, port_2 = free_ports(2)
     runtime = _runtime(tmp_path)
     driver = RuntimeDriver(runtime)
-    dying = socket.socket()  # broker 1's listener, open when the report comes
-    dying.bind((HOST, dying_port))
-    dying.listen()
+    dying = _listening(dying_port)  # broker 1's listener, open when the report comes
     await runtime.start()
     try:
         await driver.wait_active(WAIT_S)
-        for broker_id, broker_port in ((1, dying_port), (2, port_2)):
-            await driver.write("register_broker", register_request(
-                broker_id, cluster_id="c", host=HOST, port=broker_port))
-            await driver.heartbeat(broker_id)
+        await _register(driver, {1: dying_port, 2: port_2})
         runtime.on_unreachable_reported(2, [1])
         await asyncio.sleep(0.02)  # the probe's first connect is accepted...
         dying.close()  # ...then the process's last sockets close
         deadline = time.monotonic() + WAIT_S
-        while not ((r := runtime.logic.committed_image.cluster.broker(1)) and r.fenced):
+        while not _fenced(runtime, 1):
             assert time.monotonic() < deadline, "broker 1 was not fenced once its listener closed"
             await asyncio.sleep(0.02)
     finally:
@@ -158,21 +168,15 @@ async def _activation_on_a_one_voter_quorum(tmp_path: Path) -> None:
     dead_port, live_port = free_ports(2)
     runtime = _runtime(tmp_path)
     driver = RuntimeDriver(runtime)
-    live = socket.socket()  # broker 2's listener: accepts connects
-    live.bind((HOST, live_port))
-    live.listen()
+    live = _listening(live_port)  # broker 2: alive
 
     def fenced(broker_id: int) -> bool:
-        registration = runtime.logic.committed_image.cluster.broker(broker_id)
-        return registration is not None and registration.fenced
+        return _fenced(runtime, broker_id)
 
     await runtime.start()
     try:
         await driver.wait_active(WAIT_S)
-        for broker_id, broker_port in ((1, dead_port), (2, live_port)):
-            await driver.write("register_broker", register_request(
-                broker_id, cluster_id="c", host=HOST, port=broker_port))
-            await driver.heartbeat(broker_id)
+        await _register(driver, {1: dead_port, 2: live_port})
         await driver.write("create_topics", cpb.CreateTopicsRequest(
             topics=[create_topic("t", assignments=[[1, 2], [2, 1]])]))
         assert not fenced(1) and not fenced(2)
