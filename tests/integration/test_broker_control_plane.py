@@ -374,6 +374,9 @@ def test_a_broker_reported_unreachable_by_another_is_fenced_at_once(
         await brokers[151].lifecycle.stop()  # silent from here; its stream stays open
         brokers[151].stop_accepting()
         died_at = time.monotonic()
+        # The probe's evidence must be newer than 151's last heartbeat (a heartbeat in flight
+        # at the stop arriving in the same millisecond as the report would make it stale).
+        await asyncio.sleep(0.05)
         brokers[152].lifecycle.report_unreachable(151)
 
         await brokers[152].wait_image(fenced_and_moved(151, "reported", to=152),
