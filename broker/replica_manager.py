@@ -70,6 +70,7 @@ from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
+    InconsistentTopicIdError,
     InvalidRequiredAcksError,
     KafkaStorageErrorError,
     NotLeaderOrFollowerError,
@@ -81,7 +82,7 @@ from tidelog.errors import (
 )
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.delta import LocalPartition
-from tidelog.metadata.image import MetadataImage, PartitionRegistration
+from tidelog.metadata.image import MetadataImage, PartitionRegistration, TopicMismatch
 from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import common_pb2
 
@@ -504,13 +505,11 @@ class ReplicaManager:
     def lookup(self, topic_id: bytes | None, name: str, partition_id: int
                 ) -> tuple[bytes | None, Partition | None, TidelogError | None]:
         """(topic id, the hosted partition, or the error to answer with)."""
-        topics = self._image.topics
-        if topic_id:
-            topic = topics.get_by_id(topic_id)
-            if topic is None:
-                return None, None, UnknownTopicIdError(f"no topic with id {topic_id.hex()}")
-        else:
-            topic = topics.get(name)
+        topic = self._image.topics.resolve(topic_id, name)
+        if isinstance(topic, TopicMismatch):
+            return None, None, InconsistentTopicIdError(topic.message)
+        if topic is None and topic_id:
+            return None, None, UnknownTopicIdError(f"no topic with id {topic_id.hex()}")
         if topic is None or partition_id not in topic.partitions:
             return None, None, UnknownTopicOrPartitionError(
                 f"{name or (topic_id or b'').hex()}-{partition_id} does not exist")

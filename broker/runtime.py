@@ -91,8 +91,12 @@ class BrokerRuntime:
             on_leader_unreachable=self.lifecycle.report_unreachable)
         #: The data plane's request handlers (broker.handlers), what the servicers call.
         self.data_plane = DataPlaneHandlers(self.replica_manager)
+        #: ACL decisions for the client listener (broker.authz; off unless configured).
+        self.authz = Gate(config.authorization, lambda: self.listener.image,
+                          metrics.authorization_failures if metrics is not None else None)
         #: The group coordinator's shards (one per __consumer_offsets partition led here).
         self.group_coordinator = GroupCoordinatorRuntime(
+            may_describe=self.authz.topic_describer(),
             broker_id=config.node_id, partitions=self.replica_manager,
             image=lambda: self.listener.image, create_topic=self._create_offsets_topic,
             config=GroupCoordinatorConfig(
@@ -102,9 +106,6 @@ class BrokerRuntime:
         self.heap_freezer = HeapFreezer(config.node_id)
         #: The group RPCs (broker.handlers.groups).
         self.groups = GroupHandlers(self.group_coordinator, lambda: self.listener.image)
-        #: ACL decisions for the client listener (broker.authz; off unless configured).
-        self.authz = Gate(config.authorization, lambda: self.listener.image,
-                          metrics.authorization_failures if metrics is not None else None)
         #: SCRAM users and required authentication on the client listener (broker.authz.authn).
         self.authn = Authenticator(
             config.sasl, lambda: self.listener.image,

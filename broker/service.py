@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
+from broker.authz.authn import Failure
 from broker.authz.groups import GroupChecks
 from broker.authz.principal import ANONYMOUS, Who
 from broker.authz.rpcs import Checks, refused_admin_response
@@ -38,6 +39,8 @@ from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.broker")
+Q = TypeVar("Q")
+A = TypeVar("A")
 #: Who a call is when authorisation is off (never looked at then).
 NOBODY = Who(ANONYMOUS, "")
 
@@ -114,13 +117,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     # --- admin: forwarded to the active controller ---------------------------------------------
     async def _forward(self, method: str, request: Any, context: Any) -> Any:
-        image = self.rt.listener.image
-
-        def name_of(topic_id: bytes) -> str | None:
-            topic = image.topics.get_by_id(topic_id)
-            return topic.name if topic is not None else None
-
-        refusal = self.checks.admin(self._who(context), method, request, name_of)
+        refusal = self.checks.admin(self._who(context), method, request)
         if refusal is not None:
             return refused_admin_response(method, refusal)
         return await self.rt.client.forward(method, request)
@@ -224,11 +221,9 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             response.correlation_id = request.correlation_id
             return response
 
-        # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
-        async with aclosing(serve_bounded(requests, answer, PRODUCE_STREAM_LIMITS,
-                                          ordered=False)) as answers:
-            async for response in answers:
-                yield response
+        async for response in self._serve_stream(requests, answer, context,
+                                                 PRODUCE_STREAM_LIMITS, ordered=False):
+            yield response
 
     async def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
         return await self.checks.fetch(self._who(context), request,
@@ -261,14 +256,46 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 who, request, lambda allowed: plane.handle_session_fetch(allowed, held))
 
         try:
-            # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
-            async with aclosing(serve_bounded(requests, answer, FETCH_STREAM_LIMITS,
-                                              ordered=True)) as answers:
-                async for response in answers:
-                    yield response
+            async for response in self._serve_stream(requests, answer, context,
+                                                     FETCH_STREAM_LIMITS, ordered=True):
+                yield response
         finally:
             if session is not None:
                 session.close()
+
+    async def _serve_stream(self, requests: AsyncIterator[Q], answer: Callable[[Q], Awaitable[A]],
+                            context: Any, bounds: StreamLimits, *, ordered: bool
+                            ) -> AsyncIterator[A]:
+        """A stream's answers (broker.stream_limits.serve_bounded), while its caller's
+        credential stands: the SCRAM credential the call was authenticated with is checked
+        again at every request read and every answer sent, so a deleted user or a changed
+        password ends an open stream at its next message (UNAUTHENTICATED), not when the
+        client closes it. ACLs are checked per request already (Checks)."""
+        failure: Failure | None = None
+
+        def stands() -> bool:
+            nonlocal failure
+            if failure is None and self.rt.authn.active:
+                failure = self.rt.authn.check(context.invocation_metadata())
+            return failure is None
+
+        async def while_standing() -> AsyncIterator[Q]:
+            async for request in requests:
+                if not stands():
+                    return  # as if the client had half-closed: serve_bounded winds down
+                yield request
+
+        # aclosing: a stream the client cancels stops the helper's tasks at once, not at GC.
+        async with aclosing(serve_bounded(while_standing(), answer, bounds,
+                                          ordered=ordered)) as answers:
+            async for response in answers:
+                if not stands():
+                    break
+                yield response
+        if failure is not None:
+            self.rt.authn.report(failure, context.peer() or "")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                f"{failure.details} (checked again while the stream was open)")
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest,
                           context: Any) -> pb.ListOffsetsResponse:
@@ -284,8 +311,9 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     async def DescribeLogs(self, request: pb.DescribeLogsRequest,
                            context: Any) -> pb.DescribeLogsResponse:
-        return await self.checks.describe_logs(self._who(context), request,
-                                               self.rt.data_plane.handle_describe_logs)
+        return await self.checks.describe_logs(
+            self._who(context), request, self.rt.data_plane.handle_describe_logs,
+            lambda: pb.DescribeLogsResponse(broker_id=self.rt.broker_id))
 
     # --- groups: broker.handlers.groups, through runtime.groups -------------------------------
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
@@ -295,10 +323,13 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     async def ConsumerGroupHeartbeat(self, request: pb.ConsumerGroupHeartbeatRequest,
                                      context: Any) -> pb.ConsumerGroupHeartbeatResponse:
-        refused = self.group_checks.heartbeat(self._who(context), request)
+        who = self._who(context)
+        refused = self.group_checks.heartbeat(who, request)
         if refused is not None:
             return refused
-        client = client_identity(context.peer(), context.invocation_metadata() or ())
+        # The principal goes with the member: its subscriptions match only what it may see.
+        client = client_identity(context.peer(), context.invocation_metadata() or (),
+                                 principal=who.principal if self.checks.gate.enabled else "")
         return await self.rt.groups.consumer_group_heartbeat(request, client)
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest,

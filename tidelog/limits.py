@@ -51,6 +51,12 @@ FETCH_STREAM_IN_FLIGHT_MAX = 1
 #: client that sends and never reads): past it the broker reads no further request on it.
 STREAM_HELD_BYTES_MAX = 16 * 1024 * 1024
 
+# --- audit log (broker/authz/audit.py) -------------------------------------------------------
+#: Refusal lines of one kind (authentication, authorization) written per window; the rest are
+#: counted and the next line written says how many were left out.
+AUDIT_LINES_PER_WINDOW = 20
+AUDIT_WINDOW_MS = 1_000
+
 # --- topics and partitions -------------------------------------------------------------------
 TOPIC_NAME_LENGTH_MAX = 249
 PARTITIONS_PER_TOPIC_MAX = 10_000

@@ -6,7 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from broker.authz.principal import Who
+from broker.authz.audit import AuditLog, shown
+from broker.authz.principal import ANONYMOUS, Who
 from tidelog.acl import AclBinding, Authorizer
 from tidelog.config import AuthorizationConfig
 from tidelog.metadata.image import MetadataImage
@@ -26,6 +27,7 @@ class Gate:
         self._config = config
         self._image = image
         self._failures = failures  # the metric's counter, labelled (resource_type, operation)
+        self._audit = AuditLog(audit)
         self._bindings: tuple[AclBinding, ...] | None = None
         self._authorizer = Authorizer(())
 
@@ -39,22 +41,40 @@ class Gate:
         self._bindings = bindings
         return self._authorizer
 
+    def image(self) -> MetadataImage:
+        """The metadata image decisions are made against (the newest this broker has)."""
+        return self._image()
+
     def acl_version(self) -> object:
         """Something that stays the same object while the ACLs do (None when disabled): a
         consumer fetch session is checked against one version."""
         return self._image().acls.bindings() if self.enabled else None
 
-    def allows(self, who: Who, operation: str, resource_type: str, name: str) -> bool:
+    def allows(self, who: Who, operation: str, resource_type: str, name: str, *,
+               audit_refusal: bool = True) -> bool:
+        """Whether ``who`` may; a refusal is audited and counted unless ``audit_refusal`` is
+        False (filtering: what a regex or a listing leaves out is not a refused request, as
+        Kafka's logIfDenied=false)."""
         if not self.enabled:
             return True
         decision = self._current().authorize(who.principal, who.host, operation,
                                              resource_type, name)
-        if not decision.allowed:
-            audit.warning("denied %s %s on %s %r from %s: %s", who.principal, operation,
-                          resource_type, name, who.host, decision.reason)
+        if not decision.allowed and audit_refusal:
+            self._audit.refusal("denied %s %s on %s %s from %s: %s", who.principal,
+                                operation, resource_type, shown(name), who.host,
+                                decision.reason)
             if self._failures is not None:
                 self._failures.labels(resource_type, operation).inc()
         return decision.allowed
+
+    def topic_describer(self) -> Callable[[str, str, str], bool] | None:
+        """``(principal, host, topic) -> may it Describe the topic`` for the group coordinator,
+        which leaves out of a member's subscriptions what it may not see (None when
+        authorization is off: nothing is left out)."""
+        if not self.enabled:
+            return None
+        return lambda principal, host, name: self.allows(
+            Who(principal or ANONYMOUS, host), "Describe", "topic", name, audit_refusal=False)
 
     def allows_some(self, who: Who, operation: str, resource_type: str) -> bool:
         """Whether ``who`` may do ``operation`` on some resource of the type (KIP-679)."""

@@ -7,7 +7,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.authz.principal import Who
-from broker.authz.rpcs import GROUP_DENIED, TOPIC_DENIED, Checks, serve_allowed, why_refused
+from broker.authz.rpcs import (
+    GROUP_DENIED,
+    TOPIC_DENIED,
+    Checks,
+    Refusal,
+    serve_allowed,
+    why_refused,
+)
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = ["GroupChecks"]
@@ -38,10 +45,22 @@ class GroupChecks:
 
     def heartbeat(self, who: Who, request: pb.ConsumerGroupHeartbeatRequest
                   ) -> pb.ConsumerGroupHeartbeatResponse | None:
-        why = self.checks.group(who, "Read", request.group_id) if self.enabled else None
-        if why is None:
+        """Read on the group, and Describe on every topic it subscribes to by name (Kafka 4's
+        check: a member must not learn of topics by subscribing to them; TOPIC_AUTHORIZATION_
+        FAILED names them). A regex subscription matches only the topics the member may
+        describe; the coordinator resolves it so (broker.group.topic_regex)."""
+        if not self.enabled:
             return None
-        return pb.ConsumerGroupHeartbeatResponse(error_code=GROUP_DENIED, error_message=why)
+        why = self.checks.group(who, "Read", request.group_id)
+        if why is not None:
+            return pb.ConsumerGroupHeartbeatResponse(error_code=GROUP_DENIED, error_message=why)
+        denied = self.checks.topics_denied(who, "Describe", request.subscribed_topic_names)
+        if not denied:
+            return None
+        return pb.ConsumerGroupHeartbeatResponse(
+            error_code=TOPIC_DENIED, error_message=why_refused(
+                who, "Describe", "topics " + ", ".join(repr(n) for n in sorted(denied))
+                + " (subscribed to by name)"))
 
     async def offset_commit(self, who: Who, request: pb.OffsetCommitRequest,
                             handle: Callable[[pb.OffsetCommitRequest],
@@ -53,14 +72,14 @@ class GroupChecks:
         if why is not None:
             return pb.OffsetCommitResponse(error_code=GROUP_DENIED, error_message=why)
 
-        def answer(response: pb.OffsetCommitResponse, t: Any) -> None:
+        def answer(response: pb.OffsetCommitResponse, t: Any, refusal: Refusal) -> None:
             entry = response.topics.add(name=t.name)
             for p in t.partitions:
-                entry.partitions.add(partition_id=p.partition_id, error_code=TOPIC_DENIED,
-                                     error_message=why_refused(who, "Read", f"topic {t.name!r}"))
+                entry.partitions.add(partition_id=p.partition_id, error_code=refusal.code,
+                                     error_message=refusal.why)
 
-        denied = self.checks.topics_denied(who, "Read", (t.name for t in request.topics))
-        return await serve_allowed(request, denied, handle, answer, pb.OffsetCommitResponse)
+        refused = self.checks.topic_entries_refused(who, "Read", request.topics)
+        return await serve_allowed(request, refused, handle, answer, pb.OffsetCommitResponse)
 
     async def offset_fetch(self, who: Who, request: pb.OffsetFetchRequest,
                            handle: Callable[[pb.OffsetFetchRequest],
@@ -72,8 +91,17 @@ class GroupChecks:
         if why is not None:
             return pb.OffsetFetchResponse(error_code=GROUP_DENIED, error_message=why)
         response = await handle(request)
-        # Every committed topic (or those asked for) the principal may not describe: no offsets.
+        # A topic asked for that it may not describe: TOPIC_AUTHORIZATION_FAILED and no
+        # offsets. Asked for all: the topics it may not describe are left out (Kafka's
+        # OffsetFetch), so their names do not show either.
         denied = self.checks.topics_denied(who, "Describe", (t.name for t in response.topics))
+        if not denied:
+            return response
+        if not request.topics:
+            kept = [t for t in response.topics if t.name not in denied]
+            del response.topics[:]
+            response.topics.extend(kept)
+            return response
         for t in response.topics:
             if t.name in denied:
                 for p in t.partitions:
@@ -100,15 +128,33 @@ class GroupChecks:
                                                Awaitable[pb.DescribeGroupsResponse]]
                               ) -> pb.DescribeGroupsResponse:
         denied = self.checks.groups_denied(who, "Describe", request.group_ids)
-        if not denied:
-            return await handle(request)
         kept = pb.DescribeGroupsRequest(group_ids=[g for g in request.group_ids
                                                    if g not in denied])
         response = await handle(kept) if kept.group_ids else pb.DescribeGroupsResponse()
+        if self.enabled:
+            for group in response.groups:
+                self._hide_undescribable_topics(who, group)
         for g in sorted(denied):
             response.groups.add(group_id=g, error_code=GROUP_DENIED,
                                 error_message=why_refused(who, "Describe", f"group {g!r}"))
         return response
+
+    def _hide_undescribable_topics(self, who: Who, group: pb.DescribeGroupsResponse.Group
+                                   ) -> None:
+        """A group whose members subscribe to, or are assigned, a topic the caller may not
+        describe is answered TOPIC_AUTHORIZATION_FAILED without its members (Kafka 4's
+        ConsumerGroupDescribe): its members' subscriptions and assignments would name it."""
+        names = {name for m in group.members for name in m.subscribed_topic_names}
+        names |= {tp.topic for m in group.members
+                  for tp in (*m.assignment, *m.target_assignment)}
+        if not self.checks.topics_denied(who, "Describe", names):
+            return
+        group_id = group.group_id
+        group.Clear()
+        group.group_id = group_id
+        group.error_code = TOPIC_DENIED
+        group.error_message = (f"group {group_id!r} uses topics that {who.principal} may not "
+                               f"describe")
 
     async def delete_groups(self, who: Who, request: pb.DeleteGroupsRequest,
                             handle: Callable[[pb.DeleteGroupsRequest],
@@ -135,11 +181,11 @@ class GroupChecks:
         if why is not None:
             return pb.OffsetDeleteResponse(error_code=GROUP_DENIED, error_message=why)
 
-        def answer(response: pb.OffsetDeleteResponse, t: Any) -> None:
+        def answer(response: pb.OffsetDeleteResponse, t: Any, refusal: Refusal) -> None:
             entry = response.topics.add(name=t.name)
             for pid in t.partitions:
-                entry.partitions.add(partition_id=pid, error_code=TOPIC_DENIED,
-                                     error_message=why_refused(who, "Read", f"topic {t.name!r}"))
+                entry.partitions.add(partition_id=pid, error_code=refusal.code,
+                                     error_message=refusal.why)
 
-        denied = self.checks.topics_denied(who, "Read", (t.name for t in request.topics))
-        return await serve_allowed(request, denied, handle, answer, pb.OffsetDeleteResponse)
+        refused = self.checks.topic_entries_refused(who, "Read", request.topics)
+        return await serve_allowed(request, refused, handle, answer, pb.OffsetDeleteResponse)

@@ -317,6 +317,9 @@ class GroupCoordinatorShard:
         changed = (new_member
                    or updated.subscribed_topic_names != member.subscribed_topic_names
                    or updated.subscribed_topic_regex != member.subscribed_topic_regex
+                   # Whom its subscriptions are authorized for (only with authorization on).
+                   or (bool(updated.principal) and (updated.principal, updated.client_host)
+                       != (member.principal, member.client_host))
                    or updated.server_assignor != member.server_assignor
                    or hash_now != group.metadata_hash)
         if changed:
@@ -577,6 +580,7 @@ def _updated_member(member: ConsumerGroupMember, request: pb.ConsumerGroupHeartb
         rack_id=request.rack_id or member.rack_id, subscribed_topic_names=topics,
         subscribed_topic_regex=regex, client_id=client.client_id or member.client_id,
         client_host=client.client_host or member.client_host,
+        principal=client.principal or member.principal,
         server_assignor=request.server_assignor or member.server_assignor,
         rebalance_timeout_ms=(request.rebalance_timeout_ms if request.rebalance_timeout_ms > 0
                               else member.rebalance_timeout_ms))

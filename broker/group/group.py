@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from broker.group.assignment import TopicMetadata
 from broker.group.records import GroupRecord, Partitions, from_topic_partitions
-from broker.group.topic_regex import matching_topics
+from broker.group.topic_regex import RegexTopics, matching_topics
 from tidelog.errors import InvalidRegularExpressionError
 from tidelog.invariants import InvariantViolation
 from tidelog.v1 import groups_pb2 as gpb
@@ -49,6 +49,9 @@ class ConsumerGroupMember:
     rack_id: str = ""
     client_id: str = ""
     client_host: str = ""
+    #: The principal of its latest heartbeat ("" with authorization off): with client_host,
+    #: whom its subscriptions are authorized for (see :meth:`subscribed_topics`).
+    principal: str = ""
     subscribed_topic_names: tuple[str, ...] = ()
     #: A regex over topic names (full match), or "": its matches join the names above.
     subscribed_topic_regex: str = ""
@@ -65,16 +68,22 @@ class ConsumerGroupMember:
             instance_id=self.instance_id, rack_id=self.rack_id, client_id=self.client_id,
             client_host=self.client_host, subscribed_topic_names=self.subscribed_topic_names,
             subscribed_topic_regex=self.subscribed_topic_regex,
-            server_assignor=self.server_assignor, rebalance_timeout_ms=self.rebalance_timeout_ms)
+            server_assignor=self.server_assignor, rebalance_timeout_ms=self.rebalance_timeout_ms,
+            principal=self.principal)
 
     def subscribed_topics(self, topics: Mapping[str, TopicMetadata]) -> set[str]:
         """The topic names the member subscribes to: its names (existing or not) and what its
-        regex matches in ``topics``. A stored regex that no longer compiles matches nothing
-        (heartbeats refuse new invalid ones; an old record must not stop the group)."""
+        regex matches in ``topics``, of those its principal may describe (``topics`` decides,
+        when it is a :class:`RegexTopics` view that knows the ACLs: a member is never assigned,
+        or told of, a topic it may not see, as in Kafka 4). A stored regex that no longer
+        compiles matches nothing (heartbeats refuse new invalid ones; an old record must not
+        stop the group)."""
         names = set(self.subscribed_topic_names)
         if self.subscribed_topic_regex:
             with contextlib.suppress(InvalidRegularExpressionError):
                 names |= matching_topics(self.subscribed_topic_regex, topics)
+        if isinstance(topics, RegexTopics):
+            return topics.describable(self.principal, self.client_host, names)
         return names
 
     def same_assignment(self, other: ConsumerGroupMember) -> bool:
@@ -224,7 +233,7 @@ class GroupState:
             subscribed_topic_names=tuple(value.subscribed_topic_names),
             subscribed_topic_regex=value.subscribed_topic_regex,
             server_assignor=value.server_assignor,
-            rebalance_timeout_ms=value.rebalance_timeout_ms)
+            rebalance_timeout_ms=value.rebalance_timeout_ms, principal=value.principal)
 
     def _replay_current_assignment(self, key: object, value: object) -> None:
         if not isinstance(key, gpb.ConsumerGroupCurrentMemberAssignmentKey):

@@ -43,6 +43,8 @@ class ClientIdentity:
 
     client_id: str = ""
     client_host: str = ""
+    #: The authenticated principal (User:<name>); empty with authorization off.
+    principal: str = ""
 
     def validate(self) -> None:
         for name, value in (("client id", self.client_id), ("client host", self.client_host)):

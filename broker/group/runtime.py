@@ -105,6 +105,9 @@ LOAD_READ_BYTES = 1 << 20
 WRITE_BATCH_BYTES = limits.MESSAGE_BYTES_MAX - 1024
 #: acks=all wait of one coordinator write.
 WRITE_TIMEOUT_MS = 5_000
+#: ACL decisions one image's view remembers for members' subscriptions (a view lives until the
+#: next metadata change; past this many it forgets them and asks the gate again).
+DESCRIBE_DECISIONS_MAX = 100_000
 #: How long a write's answer may wait beyond WRITE_TIMEOUT_MS for its batch's outcome (which
 #: its append's own bounded wait, a reload or an unload always gives: this only bounds it).
 COMMIT_WAIT_SLACK_MS = 1_000
@@ -184,10 +187,29 @@ class ImageTopics(RegexTopics):
     long as the view lives (the runtime's :meth:`GroupCoordinatorRuntime.topics` keeps one per
     image)."""
 
-    def __init__(self, image: MetadataImage) -> None:
+    def __init__(self, image: MetadataImage,
+                 may_describe: Callable[[str, str, str], bool] | None = None) -> None:
         super().__init__()
         self.image = image
         self._by_name = image.topics.by_name
+        self._may_describe = may_describe
+        #: (principal, host, topic) -> decision: the image's ACLs never change either.
+        self._decisions: dict[tuple[str, str, str], bool] = {}
+
+    def describable(self, principal: str, host: str, names: set[str]) -> set[str]:
+        if self._may_describe is None:
+            return names
+        if len(self._decisions) >= DESCRIBE_DECISIONS_MAX:
+            self._decisions.clear()
+        kept = set()
+        for name in names:
+            key = (principal, host, name)
+            allowed = self._decisions.get(key)
+            if allowed is None:
+                allowed = self._decisions[key] = self._may_describe(principal, host, name)
+            if allowed:
+                kept.add(name)
+        return kept
 
     def __getitem__(self, name: str) -> TopicMetadata:
         topic = self._by_name[name]
@@ -216,8 +238,11 @@ class GroupCoordinatorRuntime:
                  create_topic: Callable[[], Coroutine[Any, Any, None]],
                  config: GroupCoordinatorConfig | None = None,
                  seed: int | None = None, append_linger_ms: int = APPEND_LINGER_MS,
-                 write_timeout_ms: int = WRITE_TIMEOUT_MS) -> None:
+                 write_timeout_ms: int = WRITE_TIMEOUT_MS,
+                 may_describe: Callable[[str, str, str], bool] | None = None) -> None:
         self.broker_id = broker_id
+        #: (principal, host, topic) -> may it Describe it; None with authorization off.
+        self._may_describe = may_describe
         self.config = config or GroupCoordinatorConfig()
         self._partitions = partitions
         self._image = image
@@ -272,7 +297,7 @@ class GroupCoordinatorRuntime:
         once per heartbeat; a created or deleted topic gives a new view and new matches)."""
         image = self._image()
         if self._topics is None or self._topics.image is not image:
-            self._topics = ImageTopics(image)
+            self._topics = ImageTopics(image, self._may_describe)
         return self._topics
 
     def partition_of(self, group_id: str, topic: TopicImage) -> int:

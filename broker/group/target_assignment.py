@@ -41,12 +41,19 @@ def metadata_hash(group: ConsumerGroup, topics: Mapping[str, TopicMetadata]) -> 
     """A hash of the subscribed topics' names, ids and partition counts (KIP-1101): a new
     partition, a re-created topic or a newly created subscribed topic changes it; so does a
     topic created or deleted that a member's regex matches (regexes are resolved here, against
-    the metadata of this request)."""
+    the metadata of this request). With authorization on, each member's subscription is what
+    its principal may describe, so the hash covers each such member's topics too: an ACL
+    granted or removed changes what that member may be assigned, even when another member
+    still subscribes to the topic."""
     digest = hashlib.sha256()
     for name in sorted(group.subscribed_topic_names(topics)):
         topic = topics.get(name)
         if topic is not None:
             digest.update(f"{name}\0{topic.topic_id.hex()}\0{topic.partitions}\n".encode())
+    for member_id, member in sorted(group.members.items()):
+        if member.principal:
+            names = ",".join(sorted(member.subscribed_topics(topics)))
+            digest.update(f"member\0{member_id}\0{names}\n".encode())
     return int.from_bytes(digest.digest()[:8], "big", signed=True)
 
 

@@ -95,12 +95,18 @@ def _match(pattern: str, topics: Mapping[str, TopicMetadata]) -> frozenset[str]:
 
 
 class RegexTopics(Mapping[str, TopicMetadata]):
-    """A mapping of topics that remembers which names each pattern matched. Subclasses give
-    the mapping (the runtime's view of a metadata image, which never changes, so the answers
-    stay right for the view's lifetime)."""
+    """A mapping of topics that remembers which names each pattern matched, and says which
+    names a member's principal may describe. Subclasses give the mapping (the runtime's view of
+    a metadata image, which never changes, so the answers stay right for the view's lifetime)
+    and, with authorization on, :meth:`may_describe`."""
 
     def __init__(self) -> None:
         self._matches: dict[str, frozenset[str]] = {}
+
+    def describable(self, principal: str, host: str, names: set[str]) -> set[str]:
+        """The ``names`` that ``principal`` connecting from ``host`` may describe."""
+        return names
+
 
     def matching(self, pattern: str) -> frozenset[str]:
         found = self._matches.get(pattern)

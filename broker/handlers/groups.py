@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from broker.authz.principal import peer_host
 from broker.group.assignment import TopicMetadata
 from broker.group.coordinator import GroupCoordinatorShard
 from broker.group.heartbeat_checks import ClientIdentity
@@ -46,20 +47,16 @@ GROUP_IDS_PER_REQUEST_MAX = 1_000
 CLIENT_ID_METADATA_KEY = "client-id"
 
 
-def client_identity(peer: str, metadata: Iterable[tuple[str, str | bytes]]) -> ClientIdentity:
-    """Who sent a request: the ``client-id`` metadata entry and the host of gRPC's peer
-    string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``; other kinds are shown whole)."""
+def client_identity(peer: str, metadata: Iterable[tuple[str, str | bytes]], *,
+                    principal: str = "") -> ClientIdentity:
+    """Who sent a request: the ``client-id`` metadata entry, the host of gRPC's peer string
+    (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``; other kinds are shown whole) and the
+    authenticated ``principal`` (empty with authorization off)."""
     client_id = ""
     for key, value in metadata:
         if key == CLIENT_ID_METADATA_KEY:
             client_id = value if isinstance(value, str) else value.decode(errors="replace")
-    kind, _, address = peer.partition(":")
-    host = peer
-    if kind == "ipv4":
-        host = address.rpartition(":")[0] or address
-    elif kind == "ipv6":
-        host = address.rpartition(":")[0].strip("[]") or address
-    return ClientIdentity(client_id, host)
+    return ClientIdentity(client_id, peer_host(peer), principal)
 
 
 def _check_group_id(group_id: str) -> None:

@@ -51,12 +51,15 @@ class _EchoPlane:
 
 class _Runtime:
     def __init__(self, plane: _EchoPlane) -> None:
+        from broker.authz.authn import Authenticator
         from broker.authz.gate import Gate
-        from tidelog.config import AuthorizationConfig
+        from tidelog.config import AuthorizationConfig, SaslConfig
         from tidelog.metadata.image import MetadataImage
 
         self.data_plane = plane
         self.authz = Gate(AuthorizationConfig(), MetadataImage.empty)  # authorisation off
+        self.authn = Authenticator(SaslConfig(), MetadataImage.empty,  # no SCRAM users
+                                   certificates_verified=False, decoy_key=b"k" * 32)
 
 
 async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:

@@ -227,6 +227,19 @@ class TopicImage:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicMismatch:
+    """A topic id and a name that are not one topic (see :meth:`TopicsImage.resolve`)."""
+
+    topic_id: bytes
+    name: str
+
+    @property
+    def message(self) -> str:
+        return (f"topic id {self.topic_id.hex()} is not the id of topic {self.name!r}: a "
+                f"request naming both must name one topic")
+
+
+@dataclass(frozen=True, slots=True)
 class TopicsImage:
     """Topics by id and by name."""
 
@@ -243,6 +256,19 @@ class TopicsImage:
 
     def get_by_id(self, topic_id: bytes) -> TopicImage | None:
         return self.by_id.get(topic_id)
+
+    def resolve(self, topic_id: bytes | None, name: str) -> TopicImage | TopicMismatch | None:
+        """The topic a request naming ``topic_id`` and/or ``name`` acts on: by id when it gives
+        one, else by name; None when that finds nothing. A request giving both whose name is
+        not the id's gets a :class:`TopicMismatch` (Kafka's INCONSISTENT_TOPIC_ID), never
+        either topic: the name is what an authorizer reads, the id what a lookup acts on, so
+        the two must be one topic. Handlers and the ACL checks both resolve through here."""
+        if not topic_id:
+            return self.by_name.get(name)
+        topic = self.by_id.get(topic_id)
+        if topic is not None and name and topic.name != name:
+            return TopicMismatch(topic_id, name)
+        return topic
 
     def partition(self, topic_id: bytes, partition_id: int) -> PartitionRegistration | None:
         topic = self.by_id.get(topic_id)

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidelog/v1/groups.proto\x12\ntidelog.v1\"9\n\x11TopicIdPartitions\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x12\n\npartitions\x18\x02 \x03(\x05\",\n\x18\x43onsumerGroupMetadataKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\"B\n\x1a\x43onsumerGroupMetadataValue\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x15\n\rmetadata_hash\x18\x02 \x01(\x03\"E\n\x1e\x43onsumerGroupMemberMetadataKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\xe7\x01\n ConsumerGroupMemberMetadataValue\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07rack_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x05 \x03(\t\x12\x17\n\x0fserver_assignor\x18\x06 \x01(\t\x12\x1c\n\x14rebalance_timeout_ms\x18\x07 \x01(\x05\x12\x1e\n\x16subscribed_topic_regex\x18\x08 \x01(\t\"<\n(ConsumerGroupTargetAssignmentMetadataKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\"F\n*ConsumerGroupTargetAssignmentMetadataValue\x12\x18\n\x10\x61ssignment_epoch\x18\x01 \x01(\x05\"M\n&ConsumerGroupTargetAssignmentMemberKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"c\n(ConsumerGroupTargetAssignmentMemberValue\x12\x37\n\x10topic_partitions\x18\x01 \x03(\x0b\x32\x1d.tidelog.v1.TopicIdPartitions\"N\n\'ConsumerGroupCurrentMemberAssignmentKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x8a\x02\n)ConsumerGroupCurrentMemberAssignmentValue\x12\x14\n\x0cmember_epoch\x18\x01 \x01(\x05\x12\x1d\n\x15previous_member_epoch\x18\x02 \x01(\x05\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.tidelog.v1.MemberState\x12:\n\x13\x61ssigned_partitions\x18\x04 \x03(\x0b\x32\x1d.tidelog.v1.TopicIdPartitions\x12\x44\n\x1dpartitions_pending_revocation\x18\x05 \x03(\x0b\x32\x1d.tidelog.v1.TopicIdPartitions\"E\n\x0fOffsetCommitKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"\x85\x01\n\x11OffsetCommitValue\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\x12\x1b\n\x13\x65xpire_timestamp_ms\x18\x05 \x01(\x03*u\n\x0bMemberState\x12\x17\n\x13MEMBER_STATE_STABLE\x10\x00\x12%\n!MEMBER_STATE_UNREVOKED_PARTITIONS\x10\x01\x12&\n\"MEMBER_STATE_UNRELEASED_PARTITIONS\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidelog/v1/groups.proto\x12\ntidelog.v1\"9\n\x11TopicIdPartitions\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x12\n\npartitions\x18\x02 \x03(\x05\",\n\x18\x43onsumerGroupMetadataKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\"B\n\x1a\x43onsumerGroupMetadataValue\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x15\n\rmetadata_hash\x18\x02 \x01(\x03\"E\n\x1e\x43onsumerGroupMemberMetadataKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\xfa\x01\n ConsumerGroupMemberMetadataValue\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07rack_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x05 \x03(\t\x12\x17\n\x0fserver_assignor\x18\x06 \x01(\t\x12\x1c\n\x14rebalance_timeout_ms\x18\x07 \x01(\x05\x12\x1e\n\x16subscribed_topic_regex\x18\x08 \x01(\t\x12\x11\n\tprincipal\x18\t \x01(\t\"<\n(ConsumerGroupTargetAssignmentMetadataKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\"F\n*ConsumerGroupTargetAssignmentMetadataValue\x12\x18\n\x10\x61ssignment_epoch\x18\x01 \x01(\x05\"M\n&ConsumerGroupTargetAssignmentMemberKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"c\n(ConsumerGroupTargetAssignmentMemberValue\x12\x37\n\x10topic_partitions\x18\x01 \x03(\x0b\x32\x1d.tidelog.v1.TopicIdPartitions\"N\n\'ConsumerGroupCurrentMemberAssignmentKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\"\x8a\x02\n)ConsumerGroupCurrentMemberAssignmentValue\x12\x14\n\x0cmember_epoch\x18\x01 \x01(\x05\x12\x1d\n\x15previous_member_epoch\x18\x02 \x01(\x05\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.tidelog.v1.MemberState\x12:\n\x13\x61ssigned_partitions\x18\x04 \x03(\x0b\x32\x1d.tidelog.v1.TopicIdPartitions\x12\x44\n\x1dpartitions_pending_revocation\x18\x05 \x03(\x0b\x32\x1d.tidelog.v1.TopicIdPartitions\"E\n\x0fOffsetCommitKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"\x85\x01\n\x11OffsetCommitValue\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\x12\x1b\n\x13\x65xpire_timestamp_ms\x18\x05 \x01(\x03*u\n\x0bMemberState\x12\x17\n\x13MEMBER_STATE_STABLE\x10\x00\x12%\n!MEMBER_STATE_UNREVOKED_PARTITIONS\x10\x01\x12&\n\"MEMBER_STATE_UNRELEASED_PARTITIONS\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelog.v1.groups_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEMBERSTATE']._serialized_start=1387
-  _globals['_MEMBERSTATE']._serialized_end=1504
+  _globals['_MEMBERSTATE']._serialized_start=1406
+  _globals['_MEMBERSTATE']._serialized_end=1523
   _globals['_TOPICIDPARTITIONS']._serialized_start=39
   _globals['_TOPICIDPARTITIONS']._serialized_end=96
   _globals['_CONSUMERGROUPMETADATAKEY']._serialized_start=98
@@ -42,21 +42,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONSUMERGROUPMEMBERMETADATAKEY']._serialized_start=212
   _globals['_CONSUMERGROUPMEMBERMETADATAKEY']._serialized_end=281
   _globals['_CONSUMERGROUPMEMBERMETADATAVALUE']._serialized_start=284
-  _globals['_CONSUMERGROUPMEMBERMETADATAVALUE']._serialized_end=515
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAKEY']._serialized_start=517
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAKEY']._serialized_end=577
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAVALUE']._serialized_start=579
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAVALUE']._serialized_end=649
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERKEY']._serialized_start=651
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERKEY']._serialized_end=728
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERVALUE']._serialized_start=730
-  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERVALUE']._serialized_end=829
-  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTKEY']._serialized_start=831
-  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTKEY']._serialized_end=909
-  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTVALUE']._serialized_start=912
-  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTVALUE']._serialized_end=1178
-  _globals['_OFFSETCOMMITKEY']._serialized_start=1180
-  _globals['_OFFSETCOMMITKEY']._serialized_end=1249
-  _globals['_OFFSETCOMMITVALUE']._serialized_start=1252
-  _globals['_OFFSETCOMMITVALUE']._serialized_end=1385
+  _globals['_CONSUMERGROUPMEMBERMETADATAVALUE']._serialized_end=534
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAKEY']._serialized_start=536
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAKEY']._serialized_end=596
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAVALUE']._serialized_start=598
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMETADATAVALUE']._serialized_end=668
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERKEY']._serialized_start=670
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERKEY']._serialized_end=747
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERVALUE']._serialized_start=749
+  _globals['_CONSUMERGROUPTARGETASSIGNMENTMEMBERVALUE']._serialized_end=848
+  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTKEY']._serialized_start=850
+  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTKEY']._serialized_end=928
+  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTVALUE']._serialized_start=931
+  _globals['_CONSUMERGROUPCURRENTMEMBERASSIGNMENTVALUE']._serialized_end=1197
+  _globals['_OFFSETCOMMITKEY']._serialized_start=1199
+  _globals['_OFFSETCOMMITKEY']._serialized_end=1268
+  _globals['_OFFSETCOMMITVALUE']._serialized_start=1271
+  _globals['_OFFSETCOMMITVALUE']._serialized_end=1404
 # @@protoc_insertion_point(module_scope)

@@ -47,7 +47,7 @@ class ConsumerGroupMemberMetadataKey(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupMemberMetadataValue(_message.Message):
-    __slots__ = ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "server_assignor", "rebalance_timeout_ms", "subscribed_topic_regex")
+    __slots__ = ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "server_assignor", "rebalance_timeout_ms", "subscribed_topic_regex", "principal")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     RACK_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class ConsumerGroupMemberMetadataValue(_message.Message):
     SERVER_ASSIGNOR_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     rack_id: str
     client_id: str
@@ -64,7 +65,8 @@ class ConsumerGroupMemberMetadataValue(_message.Message):
     server_assignor: str
     rebalance_timeout_ms: int
     subscribed_topic_regex: str
-    def __init__(self, instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., server_assignor: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., subscribed_topic_regex: _Optional[str] = ...) -> None: ...
+    principal: str
+    def __init__(self, instance_id: _Optional[str] = ..., rack_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., server_assignor: _Optional[str] = ..., rebalance_timeout_ms: _Optional[int] = ..., subscribed_topic_regex: _Optional[str] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupTargetAssignmentMetadataKey(_message.Message):
     __slots__ = ("group_id",)
