@@ -24,6 +24,7 @@ every handler build on it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "binding_to_proto",
     "filter_from_proto",
     "filter_to_proto",
+    "normalized_host",
 ]
 
 RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id")
@@ -100,7 +102,28 @@ class AclBinding:
         return self.resource_name in (name, WILDCARD)
 
     def matches_who(self, principal: str, host: str) -> bool:
-        return self.principal in (principal, "User:*") and self.host in (host, WILDCARD)
+        """Whether the binding is for ``principal`` connecting from ``host`` (a
+        :func:`normalized_host`)."""
+        return self.principal in (principal, "User:*") and (
+            self.host == WILDCARD or normalized_host(self.host) == host)
+
+
+@functools.lru_cache(maxsize=4096)
+def normalized_host(host: str) -> str:
+    """One spelling per address, so a binding and a connection compare as addresses, not as
+    strings: ``2001:DB8:0:0::1`` and ``2001:db8::1`` are one host, and so are ``127.0.0.1`` and
+    the IPv4-mapped ``::ffff:127.0.0.1`` an IPv6 socket reports (a DENY written in one form
+    must deny a client seen in the other). Anything that is not an address (``*``, a peer
+    string gRPC did not give as ipv4/ipv6) is left as it is."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        address = ipaddress.IPv6Address(address.packed)  # drops a %zone: not an ACL matter
+    return str(address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +152,10 @@ class AclFilter:
         return None
 
     def matches(self, b: AclBinding) -> bool:
+        if self.host is not None and normalized_host(self.host) != normalized_host(b.host):
+            return False
         return all(want is None or want == have for want, have in (
-            (self.principal, b.principal), (self.host, b.host),
+            (self.principal, b.principal),
             (self.resource_type, b.resource_type), (self.resource_name, b.resource_name),
             (self.pattern_type, b.pattern_type), (self.operation, b.operation),
             (self.permission, b.permission)))
@@ -157,6 +182,7 @@ class Authorizer:
                   name: str) -> Decision:
         if principal in self._super_users:
             return Decision(True, f"{principal} is a super user")
+        host = normalized_host(host)
         on_resource = [b for b in self._by_type[resource_type]
                        if b.matches_resource(resource_type, name)]
         if not on_resource:
@@ -183,6 +209,7 @@ class Authorizer:
         IdempotentWrite on the cluster)."""
         if principal in self._super_users:
             return True
+        host = normalized_host(host)
         return any(b.permission == "allow" and b.operation in (operation, "All")
                    and b.matches_who(principal, host) for b in self._by_type[resource_type])
 

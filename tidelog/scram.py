@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,6 +38,7 @@ __all__ = [
     "ScramCredential",
     "client_key",
     "credential_from_salted",
+    "decoy_iterations",
     "decoy_salt",
     "mechanism_named",
     "request_users",
@@ -134,6 +136,18 @@ def decoy_salt(key: bytes, name: str, mechanism: Mechanism) -> bytes:
     """A stable salt for a user without a credential, so ScramSalt does not reveal who exists
     (the same on every broker of a cluster: ``key`` is derived from the cluster id)."""
     return hmac.new(key, f"{mechanism.name}\0{name}".encode(), "sha256").digest()
+
+
+def decoy_iterations(key: bytes, name: str, mechanism: Mechanism,
+                     in_use: Sequence[int]) -> int:
+    """Iterations for a user without a credential that look like a real user's: one of the
+    iterations the mechanism's real credentials use (``in_use``, sorted, one entry per
+    credential), picked by a keyed hash of the name, so decoys are as common at each value as
+    real users are, and stable per name. No credentials yet: the default."""
+    if not in_use:
+        return ITERATIONS_DEFAULT
+    digest = hmac.new(key, f"iterations\0{mechanism.name}\0{name}".encode(), "sha256").digest()
+    return in_use[int.from_bytes(digest[:8], "big") % len(in_use)]
 
 
 def user_name_problem(name: str) -> str | None:

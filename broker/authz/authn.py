@@ -15,17 +15,18 @@ user, else ``User:<CN>`` of the verified certificate, else ``User:ANONYMOUS``.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from broker.authz.audit import AuditLog, shown
 from broker.authz.principal import Who, peer_host, who_is
 from tidelog import scram
 from tidelog.config import SaslConfig
-from tidelog.metadata.image import MetadataImage
-from tidelog.rpc_guard import maybe_await, responses_of
+from tidelog.metadata.image import MetadataImage, ScramImage
+from tidelog.rpc_guard import checked_before_read
 
 __all__ = ["AuthenticationInterceptor", "Authenticator"]
 
@@ -33,6 +34,9 @@ audit = logging.getLogger("tidelog.audit")
 #: Callable before authenticating: a client asks it for its salt.
 EXEMPT_METHODS = frozenset({"/tidelog.v1.BrokerService/ScramSalt"})
 FAILED = "SASL_AUTHENTICATION_FAILED"
+#: The metric labels of refusals that name no enabled mechanism.
+NO_MECHANISM = "none"
+UNKNOWN_MECHANISM = "unknown"
 _KEYS = (scram.METADATA_MECHANISM, scram.METADATA_USER, scram.METADATA_PROOF)
 
 
@@ -59,6 +63,9 @@ class Authenticator:
         self._image = image
         self._decoy_key = decoy_key
         self._failures = failures  # Counter labelled (mechanism)
+        self._audit = AuditLog(audit)
+        self._in_use_of: ScramImage | None = None
+        self._in_use: dict[int, list[int]] = {}
 
     @property
     def active(self) -> bool:
@@ -74,11 +81,23 @@ class Authenticator:
         if mechanism is None or mechanism.name not in self.mechanisms:
             return (f"{mechanism.name if mechanism else mechanism_value} is not enabled on this "
                     f"listener (enabled: {', '.join(self.mechanisms) or 'none'})", b"", 0)
-        credential = self._image().scram.get(user, mechanism.value)
+        image = self._image().scram
+        credential = image.get(user, mechanism.value)
         if credential is None:
             return "", scram.decoy_salt(self._decoy_key, user, mechanism), \
-                scram.ITERATIONS_DEFAULT
+                scram.decoy_iterations(self._decoy_key, user, mechanism,
+                                       self._iterations_in_use(image, mechanism.value))
         return "", credential.salt, credential.iterations
+
+    def _iterations_in_use(self, image: ScramImage, mechanism: int) -> Sequence[int]:
+        """The real credentials' iterations for ``mechanism``, sorted (kept per image)."""
+        if self._in_use_of is not image:
+            self._in_use_of, self._in_use = image, {}
+        found = self._in_use.get(mechanism)
+        if found is None:
+            found = self._in_use[mechanism] = sorted(
+                c.iterations for (_, m), c in image.credentials.items() if m == mechanism)
+        return found
 
     # --- per call ---------------------------------------------------------------------------
 
@@ -88,10 +107,13 @@ class Authenticator:
         found = _scram_metadata(metadata)
         if found is None:
             return None
+        if found is _REPEATED:
+            message = "the call repeats a SCRAM metadata key: one credential per call"
+            return Failure(f"{FAILED}: {message}", "", UNKNOWN_MECHANISM, message)
         mechanism_name, user, proof = found
         mechanism = self.mechanisms.get(mechanism_name)
         if mechanism is None:
-            message = (f"{mechanism_name!r} is not enabled on this listener (enabled: "
+            message = (f"{shown(mechanism_name)} is not enabled on this listener (enabled: "
                        f"{', '.join(self.mechanisms) or 'none'})")
             return Failure(f"UNSUPPORTED_SASL_MECHANISM: {message}", user, mechanism_name,
                            message)
@@ -111,33 +133,52 @@ class Authenticator:
         if self.certificates_verified and (context.auth_context() or {}).get("x509_common_name"):
             return None
         return Failure(f"{FAILED}: this listener requires authentication: a SCRAM user "
-                       f"(security_protocol SASL_SSL) or a client certificate", "", "none",
+                       f"(security_protocol SASL_SSL) or a client certificate", "", NO_MECHANISM,
                        "no credentials")
 
     def who(self, context: Any) -> Who:
         """The principal of a call that passed :meth:`check`."""
         found = _scram_metadata(context.invocation_metadata())
-        if found is not None and found[0] in self.mechanisms:
+        if found is not None and found is not _REPEATED and found[0] in self.mechanisms:
             return Who(f"User:{found[1]}", peer_host(context.peer() or ""))
         return who_is(context)
 
     def report(self, failure: Failure, peer: str) -> None:
-        audit.warning("authentication failed for %r (%s) from %s: %s", failure.user,
-                      failure.mechanism, peer_host(peer), failure.audit_reason)
+        label = self.mechanism_label(failure.mechanism)
+        mechanism = failure.mechanism if label == failure.mechanism else shown(failure.mechanism)
+        self._audit.refusal("authentication failed for %s (%s) from %s: %s",
+                            shown(failure.user), mechanism, peer_host(peer),
+                            failure.audit_reason)
         if self._failures is not None:
-            self._failures.labels(failure.mechanism).inc()
+            self._failures.labels(label).inc()
+
+    def mechanism_label(self, mechanism: str) -> str:
+        """The metric's label for a refused call's mechanism: an enabled mechanism, ``none``
+        (no credentials), or ``unknown`` for anything else the caller wrote, so a caller
+        cannot make a series per string it sends."""
+        if mechanism in self.mechanisms or mechanism == NO_MECHANISM:
+            return mechanism
+        return UNKNOWN_MECHANISM
+
+
+#: What :func:`_scram_metadata` returns for a call that repeats one of its keys.
+_REPEATED: tuple[str, str, Any] = ("", "", b"")
 
 
 def _scram_metadata(metadata: Sequence[tuple[str, Any]] | None
                     ) -> tuple[str, str, Any] | None:
     """(mechanism, user, proof) when the call carries SCRAM metadata; a call that carries some
-    of the keys but not all gets empty strings for the rest (and then fails the check)."""
+    of the keys but not all gets empty strings for the rest (and then fails the check). A
+    key given twice is :data:`_REPEATED`, refused: which of the two would name the principal
+    must never be a question (the check and the principal read the same value)."""
     if not metadata:
         return None
     values: dict[str, Any] = {}
     for key, value in metadata:
         if key in _KEYS:
-            values.setdefault(key, value)
+            if key in values:
+                return _REPEATED
+            values[key] = value
     if not values:
         return None
     mechanism, user = values.get(_KEYS[0], ""), values.get(_KEYS[1], b"")
@@ -149,7 +190,10 @@ def _scram_metadata(metadata: Sequence[tuple[str, Any]] | None
 
 
 class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses unauthenticated calls before their request is read (see the module doc)."""
+    """Refuses unauthenticated calls before their request is read (see the module doc): the
+    check runs before the handler reads anything (tidelog.rpc_guard.checked_before_read), so a
+    refused 100 MiB request costs the broker what gRPC's flow-control window holds, not 100
+    MiB."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._authn = authenticator
@@ -176,42 +220,4 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mis
             if failure is not None:
                 self._authn.report(failure, context.peer() or "")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, failure.details)
-        return _guarded(handler, guard)
-
-
-def _guarded(handler: grpc.RpcMethodHandler,
-             guard: Callable[[Any], Awaitable[None]]) -> grpc.RpcMethodHandler:
-    """``handler`` with ``guard(context)`` run before its behaviour (which it may abort):
-    the same kind of handler, with the same (de)serializers."""
-
-    kwargs = {"request_deserializer": handler.request_deserializer,
-              "response_serializer": handler.response_serializer}
-    if handler.unary_unary is not None:
-        inner_uu = handler.unary_unary
-
-        async def unary_unary(request: Any, context: Any) -> Any:
-            await guard(context)
-            return await maybe_await(inner_uu(request, context))
-        return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
-    if handler.unary_stream is not None:
-        inner_us = handler.unary_stream
-
-        async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
-            await guard(context)
-            async for response in responses_of(inner_us(request, context)):
-                yield response
-        return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
-    if handler.stream_unary is not None:
-        inner_su = handler.stream_unary
-
-        async def stream_unary(requests: Any, context: Any) -> Any:
-            await guard(context)
-            return await maybe_await(inner_su(requests, context))
-        return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
-    inner_ss = handler.stream_stream
-
-    async def stream_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
-        await guard(context)
-        async for response in responses_of(inner_ss(requests, context)):
-            yield response
-    return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
+        return checked_before_read(handler, guard)

@@ -117,3 +117,16 @@ def test_wire_forms_round_trip() -> None:
     f = AclFilter(principal=ALICE, resource_type="topic")
     assert filter_from_proto(filter_to_proto(f)) == f
     assert filter_from_proto(filter_to_proto(AclFilter())) == AclFilter()
+
+
+def test_hosts_compare_as_addresses_not_as_strings() -> None:
+    """A DENY written in one spelling of an address denies a client seen in another."""
+    deny = [acl("User:*", "All", "orders"),
+            acl(BOB, "Read", "orders", permission="deny", host="2001:DB8:0:0::1")]
+    assert not decide(deny, BOB, "Read", "orders", host="2001:db8::1")
+    mapped = [acl("User:*", "All", "orders"),
+              acl(BOB, "Read", "orders", permission="deny", host="::ffff:10.0.0.5")]
+    assert not decide(mapped, BOB, "Read", "orders", host="10.0.0.5")
+    assert decide(mapped, BOB, "Read", "orders", host="10.0.0.6")
+    assert AclFilter(host="2001:db8::1").matches(deny[1])
+    assert not AclFilter(host="2001:db8::2").matches(deny[1])

@@ -147,3 +147,17 @@ def test_the_first_active_controller_writes_bootstrap_users_into_a_blank_image_o
     logic = ControllerLogic(node_id=0, cluster_id="c", rng=random.Random(0), bootstrap=records,
                             image=used)
     assert [r.WhichOneof("record") for r in logic.on_become_active(0).records] == ["no_op"]
+
+
+def test_decoy_iterations_look_like_the_real_ones() -> None:
+    """Made-up iterations for unknown users are drawn from the iterations real credentials of
+    the mechanism use, stable per name; the default when there are none."""
+    key = b"k" * 32
+    mechanism = scram.MECHANISMS["SCRAM-SHA-512"]
+    assert scram.decoy_iterations(key, "x", mechanism, []) == scram.ITERATIONS_DEFAULT
+    assert scram.decoy_iterations(key, "x", mechanism, [8192, 8192]) == 8192
+    mixed = [4096, 16384]
+    picks = {scram.decoy_iterations(key, f"user-{i}", mechanism, mixed) for i in range(64)}
+    assert picks == {4096, 16384}
+    assert scram.decoy_iterations(key, "same", mechanism, mixed) == \
+        scram.decoy_iterations(key, "same", mechanism, mixed)
