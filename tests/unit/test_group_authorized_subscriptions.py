@@ -30,7 +30,7 @@ class Topics(RegexTopics):
 
     def __init__(self, readable: Mapping[str, set[str]]) -> None:
         super().__init__()
-        self._topics = {"public": topic_metadata("public", 2), "secret": topic_metadata("secret", 2)}
+        self._topics = {name: topic_metadata(name, 2) for name in ("public", "secret")}
         self._readable = readable
 
     def __getitem__(self, name: str) -> TopicMetadata:
