@@ -27,10 +27,8 @@ import argparse
 import asyncio
 import contextlib
 import http
-import itertools
 import json
 import logging
-import math
 import random
 import re
 import signal
@@ -40,158 +38,40 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote
 
-__all__ = ["DEFAULT_API_PORT", "TOXIC_ATTRIBUTES", "VERSION", "ToxiproxyApp", "ToxiproxyServer"]
+from chaos.toxiproxy.limits import (
+    CONNECTIONS_PER_PROXY_MAX,
+    HTTP_BODY_BYTES_MAX,
+    HTTP_CLOSE_TIMEOUT_S,
+    HTTP_CONNECTIONS_MAX,
+    HTTP_HEAD_BYTES_MAX,
+    HTTP_REQUEST_TIMEOUT_S,
+    PIPE_QUEUE_BYTES_MAX,
+    PIPE_WRITES_PER_TURN_MAX,
+    PROXIES_MAX,
+    UPSTREAM_CONNECT_TIMEOUT_S,
+)
+from chaos.toxiproxy.model import (
+    ApiError,
+    ProxyConfig,
+    bad_body,
+    error_body,
+    format_address,
+    parse_address,
+)
+from chaos.toxiproxy.toxics import STREAMS, Toxic, create_toxic, update_toxic
+
+__all__ = ["DEFAULT_API_PORT", "VERSION", "ToxiproxyApp", "ToxiproxyServer"]
 
 log = logging.getLogger(__name__)
 
 VERSION: Final = "2.x-compatible (tidelog chaos/toxiproxy_server.py)"
 DEFAULT_API_PORT: Final = 8474
-
-# Limits. Every queue, buffer and collection below is bounded by one of these.
-HTTP_HEAD_BYTES_MAX: Final = 64 * 1024
-HTTP_BODY_BYTES_MAX: Final = 1024 * 1024
-HTTP_CONNECTIONS_MAX: Final = 64
-HTTP_REQUEST_TIMEOUT_S: Final = 15.0  # also the idle keep-alive timeout
-HTTP_CLOSE_TIMEOUT_S: Final = 1.0
-PROXIES_MAX: Final = 1024
-TOXICS_PER_PROXY_MAX: Final = 64
-CONNECTIONS_PER_PROXY_MAX: Final = 4096
-NAME_CHARS_MAX: Final = 256
-# Bytes a toxic pipe holds before it stops reading from its source (TCP then pushes back).
-# Under a latency toxic this caps a connection at 4 MiB per latency (40 MiB/s at 100 ms).
-PIPE_QUEUE_BYTES_MAX: Final = 4 * 1024 * 1024
-UPSTREAM_CONNECT_TIMEOUT_S: Final = 10.0
-# A toxic pipe yields to the event loop after this many writes in a row (slicer with delay 0).
-PIPE_WRITES_PER_TURN_MAX: Final = 64
-# Like Toxiproxy, a slow bandwidth toxic sends a large chunk in 100 ms slices.
+# A slow bandwidth toxic sends a large chunk in 100 ms slices, like Toxiproxy.
 BANDWIDTH_SLICE_S: Final = 0.1
-ATTRIBUTE_VALUE_MAX: Final = 2**53  # exact in JSON and in a float
-
-assert PIPE_QUEUE_BYTES_MAX >= 64 * 1024  # above asyncio's write high-water mark
-assert HTTP_BODY_BYTES_MAX >= HTTP_HEAD_BYTES_MAX
-
-# Toxic types and their attributes: all integers, 0 when not given (as in Toxiproxy's Go structs).
-# Units: latency/jitter/timeout/delay ms (slicer delay: µs), rate KB/s (1 KB = 1000 bytes), bytes.
-TOXIC_ATTRIBUTES: Final[dict[str, tuple[str, ...]]] = {
-    "noop": (),
-    "latency": ("latency", "jitter"),
-    "bandwidth": ("rate",),
-    "timeout": ("timeout",),
-    "reset_peer": ("timeout",),
-    "slow_close": ("delay",),
-    "slicer": ("average_size", "size_variation", "delay"),
-    "limit_data": ("bytes",),
-}
-STREAMS: Final = ("upstream", "downstream")  # Toxiproxy lists upstream toxics first
-
-_uids = itertools.count(1)
-
-
-class ApiError(Exception):
-    """An HTTP error answer, with Toxiproxy's message and status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _bad_body(reason: str) -> ApiError:
-    return ApiError(400, f"bad request body: {reason}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Toxic definitions (what the API stores) and input checks
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Toxic:
-    """One toxic of a proxy as the API shows it; `uid`/`version` tell open connections apart
-    from a re-added toxic of the same name and notice updates."""
-
-    name: str
-    type: str
-    stream: str
-    toxicity: float
-    attributes: dict[str, int]
-    uid: int = field(default_factory=lambda: next(_uids))
-    version: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "stream": self.stream,
-            "toxicity": self.toxicity,
-            "attributes": dict(self.attributes),
-        }
-
-
-def _check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ApiError(400, f"missing required field: {what}")
-    # A name is a path segment of the API; one with "/" could never be addressed again.
-    if len(value) > NAME_CHARS_MAX or "/" in value or not value.isprintable():
-        raise _bad_body(f"{what} must be printable, without '/', at most {NAME_CHARS_MAX} chars")
-    return value
-
-
-def _check_toxicity(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad_body("toxicity must be a number")
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise _bad_body("toxicity must be between 0 and 1")
-    return float(value)
-
-
-def _check_attributes(toxic_type: str, given: object, base: dict[str, int]) -> dict[str, int]:
-    """Merges `given` into `base`. Stricter than Toxiproxy, which ignores unknown keys and takes
-    negative numbers: here both are a 400, so a typo in a test fails loudly."""
-    if not isinstance(given, dict):
-        raise _bad_body("attributes must be an object")
-    names = TOXIC_ATTRIBUTES[toxic_type]
-    result = dict(base)
-    for key, value in given.items():
-        if key not in names:
-            raise _bad_body(f"{toxic_type} has no attribute {key!r} (it has {list(names)})")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _bad_body(f"attribute {key!r} must be an integer")
-        if not math.isfinite(value) or value != int(value):
-            raise _bad_body(f"attribute {key!r} must be an integer")
-        if not 0 <= value <= ATTRIBUTE_VALUE_MAX:
-            raise _bad_body(f"attribute {key!r} must be between 0 and {ATTRIBUTE_VALUE_MAX}")
-        result[key] = int(value)
-    if toxic_type == "slicer" and result["average_size"] < 1:
-        raise _bad_body("slicer average_size must be at least 1")
-    return result
-
-
-def _parse_address(value: object, what: str, *, listen: bool) -> tuple[str, int]:
-    """'host:port' or '[v6]:port'. A listen port may be 0 (any free port); an upstream host may
-    be empty, meaning this machine, as Go's net.Dial reads it."""
-    if not isinstance(value, str) or not value:
-        raise ApiError(400, f"missing required field: {what}")
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or len(port_text) > 5:
-        raise _bad_body(f"{what} must be host:port, got {value!r}")
-    port = int(port_text)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not (0 if listen else 1) <= port <= 65535:
-        raise _bad_body(f"{what} port out of range in {value!r}")
-    if not listen and not host:
-        host = "127.0.0.1"
-    return host, port
-
-
-def _format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
 
 # ----------------------------------------------------------------------------------------------
 # Data path: a proxied connection and its two pipes
@@ -663,7 +543,7 @@ class _Proxy:
     async def start(self) -> None:
         if self.enabled:
             return
-        host, port = _parse_address(self.listen, "listen", listen=True)
+        host, port = parse_address(self.listen, "listen", listen=True)
         self.generation += 1
         generation = self.generation
         try:
@@ -675,7 +555,7 @@ class _Proxy:
         bound = server.sockets[0].getsockname()
         # Toxiproxy answers with the address it really bound, so port 0 becomes a real port
         # and a later enable listens on that same port.
-        self.listen = _format_address(host or bound[0], bound[1])
+        self.listen = format_address(host or bound[0], bound[1])
         self.server = server
         self.enabled = True
         log.info("proxy %s listening on %s, upstream %s", self.name, self.listen, self.upstream)
@@ -696,7 +576,7 @@ class _Proxy:
             return None
         conn = _Connection(self, client)
         self.connections.add(conn)
-        host, port = _parse_address(self.upstream, "upstream", listen=False)
+        host, port = parse_address(self.upstream, "upstream", listen=False)
         conn.connect_task = self.app.loop.create_task(conn.connect_upstream(host, port))
         return conn
 
@@ -720,16 +600,16 @@ class _Request:
 
     def json(self) -> Any:
         if not self.body.strip():
-            raise _bad_body("EOF")  # what Go's decoder says about an empty body
+            raise bad_body("EOF")  # what Go's decoder says about an empty body
         try:
             return json.loads(self.body)
         except (ValueError, RecursionError) as error:
-            raise _bad_body(str(error)) from None
+            raise bad_body(str(error)) from None
 
     def json_object(self) -> dict[str, Any]:
         value = self.json()
         if not isinstance(value, dict):
-            raise _bad_body("expected a JSON object")
+            raise bad_body("expected a JSON object")
         return value
 
 
@@ -838,10 +718,6 @@ def _encode_response(response: _Response, keep_alive: bool) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-def _error_body(status: int, message: str) -> dict[str, Any]:
-    return {"error": message, "status": status}
-
-
 # ----------------------------------------------------------------------------------------------
 # The application: proxies and the API routes
 # ----------------------------------------------------------------------------------------------
@@ -894,7 +770,7 @@ class ToxiproxyApp:
             self._serve_http, host, port, limit=HTTP_HEAD_BYTES_MAX, reuse_address=True)
         bound = self.http_server.sockets[0].getsockname()
         self.api_host, self.api_port = str(bound[0]), int(bound[1])
-        log.info("toxiproxy API listening on %s", _format_address(self.api_host, self.api_port))
+        log.info("toxiproxy API listening on %s", format_address(self.api_host, self.api_port))
 
     async def close(self) -> None:
         for proxy in self.proxies.values():
@@ -927,7 +803,7 @@ class ToxiproxyApp:
                 try:
                     request = await asyncio.wait_for(_read_request(reader), HTTP_REQUEST_TIMEOUT_S)
                 except _HttpError as error:
-                    response = _Response(error.status, _error_body(error.status, error.message))
+                    response = _Response(error.status, error_body(error.status, error.message))
                     writer.write(_encode_response(response, keep_alive=False))
                     await writer.drain()
                     return
@@ -966,10 +842,10 @@ class ToxiproxyApp:
                 raise ApiError(405, f"method {request.method} not allowed on {request.path}")
             raise ApiError(404, "404 page not found")
         except ApiError as error:
-            return _Response(error.status, _error_body(error.status, error.message))
+            return _Response(error.status, error_body(error.status, error.message))
         except Exception as error:
             log.exception("toxiproxy API: %s %s failed", request.method, request.path)
-            return _Response(500, _error_body(500, f"internal error: {error!r}"))
+            return _Response(500, error_body(500, f"internal error: {error!r}"))
 
     # -- proxies ---------------------------------------------------------------------------------
 
@@ -1001,71 +877,55 @@ class ToxiproxyApp:
     async def handle_proxy_show(self, request: _Request, params: dict[str, str]) -> _Response:
         return _Response(200, self._proxy(params).to_json())
 
-    def _proxy_input(self, body: dict[str, Any]) -> tuple[str, str, str, bool]:
-        name = _check_name(body.get("name"), "name")
-        upstream = body.get("upstream")
-        _parse_address(upstream, "upstream", listen=False)
-        listen = body.get("listen") or "127.0.0.1:0"
-        _parse_address(listen, "listen", listen=True)
-        enabled = body.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise _bad_body("enabled must be true or false")
-        assert isinstance(upstream, str) and isinstance(listen, str)
-        return name, listen, upstream, enabled
-
     async def handle_proxy_create(self, request: _Request, params: dict[str, str]) -> _Response:
-        name, listen, upstream, enabled = self._proxy_input(request.json_object())
-        if name in self.proxies:
+        config = ProxyConfig.from_json(request.json_object())
+        if config.name in self.proxies:
             raise ApiError(409, "proxy already exists")
         if len(self.proxies) >= PROXIES_MAX:
             raise ApiError(400, f"at most {PROXIES_MAX} proxies")
-        proxy = _Proxy(self, name, listen, upstream)
-        if enabled:
+        proxy = _Proxy(self, config.name, config.listen, config.upstream)
+        if config.enabled:
             await proxy.start()  # a failed listen leaves nothing behind, as in Toxiproxy
-        self.proxies[name] = proxy
+        self.proxies[config.name] = proxy
         return _Response(201, proxy.to_json())
 
     async def handle_populate(self, request: _Request, params: dict[str, str]) -> _Response:
         body = request.json()
         if not isinstance(body, list) or len(body) > PROXIES_MAX:
-            raise _bad_body(f"expected a list of at most {PROXIES_MAX} proxies")
+            raise bad_body(f"expected a list of at most {PROXIES_MAX} proxies")
         # Every entry is checked before any proxy is touched, as Toxiproxy does.
         inputs = []
         for entry in body:
             if not isinstance(entry, dict):
-                raise _bad_body("expected a list of proxy objects")
-            inputs.append(self._proxy_input(entry))
+                raise bad_body("expected a list of proxy objects")
+            inputs.append(ProxyConfig.from_json(entry))
         populated = []
-        for name, listen, upstream, enabled in inputs:
-            existing = self.proxies.get(name)
-            if existing is not None and (existing.listen, existing.upstream) == (listen, upstream):
+        for config in inputs:
+            existing = self.proxies.get(config.name)
+            if existing is not None and (existing.listen, existing.upstream) == (
+                    config.listen, config.upstream):
                 populated.append(existing)
                 continue
             if existing is not None:
                 existing.stop()
-                del self.proxies[name]
-            proxy = _Proxy(self, name, listen, upstream)
+                del self.proxies[config.name]
+            proxy = _Proxy(self, config.name, config.listen, config.upstream)
             try:
-                if enabled:
+                if config.enabled:
                     await proxy.start()
             except ApiError as error:
                 proxies_json = [p.to_json() for p in populated]
-                return _Response(error.status, {**_error_body(error.status, error.message),
+                return _Response(error.status, {**error_body(error.status, error.message),
                                                 "proxies": proxies_json})
-            self.proxies[name] = proxy
+            self.proxies[config.name] = proxy
             populated.append(proxy)
         return _Response(201, {"proxies": [p.to_json() for p in populated]})
 
     async def handle_proxy_update(self, request: _Request, params: dict[str, str]) -> _Response:
         proxy = self._proxy(params)
-        body = request.json_object()
-        listen = body.get("listen") or proxy.listen
-        upstream = body.get("upstream") or proxy.upstream
-        _parse_address(listen, "listen", listen=True)
-        _parse_address(upstream, "upstream", listen=False)
-        enabled = body.get("enabled", proxy.enabled)
-        if not isinstance(enabled, bool):
-            raise _bad_body("enabled must be true or false")
+        current = ProxyConfig(proxy.name, proxy.listen, proxy.upstream, proxy.enabled)
+        config = current.updated(request.json_object())
+        listen, upstream, enabled = config.listen, config.upstream, config.enabled
         # As Toxiproxy's Proxy.Update: a new address restarts the proxy; disabling stops
         # listening and drops every connection; enabling listens again on the same address.
         if (listen, upstream) != (proxy.listen, proxy.upstream):
@@ -1100,24 +960,7 @@ class ToxiproxyApp:
 
     async def handle_toxic_create(self, request: _Request, params: dict[str, str]) -> _Response:
         proxy = self._proxy(params)
-        body = request.json_object()
-        # Checked in Toxiproxy's order: stream, type, duplicate name, attributes.
-        stream = body.get("stream") or "downstream"
-        if not isinstance(stream, str) or stream.lower() not in STREAMS:
-            raise ApiError(400, "stream was invalid, can be either upstream or downstream")
-        stream = stream.lower()
-        toxic_type = body.get("type")
-        if not isinstance(toxic_type, str) or toxic_type not in TOXIC_ATTRIBUTES:
-            raise ApiError(400, "invalid toxic type")
-        name = _check_name(body.get("name") or f"{toxic_type}_{stream}", "name")
-        if any(t.name == name for t in proxy.toxics):
-            raise ApiError(409, "toxic already exists")
-        if len(proxy.toxics) >= TOXICS_PER_PROXY_MAX:
-            raise ApiError(400, f"at most {TOXICS_PER_PROXY_MAX} toxics per proxy")
-        toxicity = _check_toxicity(body.get("toxicity", 1.0))
-        base = dict.fromkeys(TOXIC_ATTRIBUTES[toxic_type], 0)
-        attributes = _check_attributes(toxic_type, body.get("attributes") or {}, base)
-        toxic = Toxic(name, toxic_type, stream, toxicity, attributes)
+        toxic = create_toxic(request.json_object(), proxy.toxics)
         proxy.toxics.append(toxic)
         proxy.toxics_changed()
         return _Response(200, toxic.to_json())
@@ -1125,12 +968,7 @@ class ToxiproxyApp:
     async def handle_toxic_update(self, request: _Request, params: dict[str, str]) -> _Response:
         proxy = self._proxy(params)
         toxic = self._toxic(proxy, params)
-        body = request.json_object()
-        # As Toxiproxy: only attributes (merged into the current ones) and toxicity change.
-        attributes = _check_attributes(toxic.type, body.get("attributes") or {}, toxic.attributes)
-        toxicity = _check_toxicity(body.get("toxicity", toxic.toxicity))
-        toxic.attributes, toxic.toxicity = attributes, toxicity
-        toxic.version += 1
+        update_toxic(toxic, request.json_object())
         proxy.toxics_changed()
         return _Response(200, toxic.to_json())
 
@@ -1163,7 +1001,7 @@ class ToxiproxyServer:
 
     @property
     def address(self) -> str:
-        return _format_address(self.host, self.port)
+        return format_address(self.host, self.port)
 
     def start(self, timeout_s: float = 10.0) -> ToxiproxyServer:
         assert self._thread is None, "already started"
@@ -1234,7 +1072,7 @@ async def _serve_process(host: str, port: int, seed: int | None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     # The one line on stdout: whoever started us learns the port even when it was 0.
-    print(json.dumps({"api": _format_address(app.api_host, app.api_port)}), flush=True)
+    print(json.dumps({"api": format_address(app.api_host, app.api_port)}), flush=True)
     try:
         await stopping.wait()
     finally:

@@ -1,0 +1,1 @@
+"""A TCP proxy with Toxiproxy's HTTP admin API, on asyncio (DESIGN.md section 10)."""
