@@ -32,27 +32,20 @@ import logging
 import random
 import re
 import signal
-import socket
-import struct
 import sys
 import threading
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote
 
 from chaos.toxiproxy.limits import (
-    CONNECTIONS_PER_PROXY_MAX,
     HTTP_BODY_BYTES_MAX,
     HTTP_CLOSE_TIMEOUT_S,
     HTTP_CONNECTIONS_MAX,
     HTTP_HEAD_BYTES_MAX,
     HTTP_REQUEST_TIMEOUT_S,
-    PIPE_QUEUE_BYTES_MAX,
-    PIPE_WRITES_PER_TURN_MAX,
     PROXIES_MAX,
-    UPSTREAM_CONNECT_TIMEOUT_S,
 )
 from chaos.toxiproxy.model import (
     ApiError,
@@ -60,9 +53,9 @@ from chaos.toxiproxy.model import (
     bad_body,
     error_body,
     format_address,
-    parse_address,
 )
-from chaos.toxiproxy.toxics import STREAMS, Toxic, create_toxic, update_toxic
+from chaos.toxiproxy.proxy import Proxy
+from chaos.toxiproxy.toxics import Toxic, create_toxic, update_toxic
 
 __all__ = ["DEFAULT_API_PORT", "VERSION", "ToxiproxyApp", "ToxiproxyServer"]
 
@@ -70,520 +63,6 @@ log = logging.getLogger(__name__)
 
 VERSION: Final = "2.x-compatible (tidelog chaos/toxiproxy_server.py)"
 DEFAULT_API_PORT: Final = 8474
-# A slow bandwidth toxic sends a large chunk in 100 ms slices, like Toxiproxy.
-BANDWIDTH_SLICE_S: Final = 0.1
-
-# ----------------------------------------------------------------------------------------------
-# Data path: a proxied connection and its two pipes
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Chunk:
-    """Bytes read from a source, with when they were read (latency counts from then, so a
-    stream of chunks is delayed, not slowed down)."""
-
-    data: memoryview
-    read_at: float
-    delay_s: float = 0.0
-    delay_version: int = -1  # pipe version the delay was drawn for
-
-
-@dataclass
-class _Piece:
-    """The next write of a toxic pipe, planned once so a wake-up does not redraw it."""
-
-    size: int
-    ready_at: float
-    version: int
-
-
-@dataclass
-class _ToxicRun:
-    """A toxic applied to one direction of one connection: its toxicity draw and its state."""
-
-    toxic: Toxic
-    version: int
-    active: bool
-    bytes_sent: int = 0  # limit_data; kept across updates, as Toxiproxy keeps stub state
-    reset_at: float | None = None  # reset_peer: set when the first chunk reaches it
-    timer: asyncio.TimerHandle | None = None  # timeout > 0: closes the connection
-
-    def cancel(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-
-_IDLE: Final = -1.0  # _Pipe._step: wait for a wake-up
-_PROGRESS: Final = -2.0  # _Pipe._step: step again at once
-_DONE: Final = -3.0  # _Pipe._step: the task ends
-
-
-class _Pipe:
-    """One direction of a proxied connection: reads from `src`, writes to `dst`."""
-
-    def __init__(self, conn: _Connection, stream: str, src: asyncio.Transport,
-                 dst: asyncio.Transport, *, reading: bool) -> None:
-        self.conn = conn
-        self.stream = stream
-        self.src = src
-        self.dst = dst
-        self.reading = reading  # whether src is currently read from
-        self.dst_paused = False  # dst's write buffer is above its high-water mark
-        self.queue: deque[_Chunk] = deque()
-        self.queued_bytes = 0
-        self.eof = False  # src has ended; pass it on once the queue is written
-        self.eof_at: float | None = None
-        self.done = False  # the end was passed on to dst
-        self.runs: list[_ToxicRun] = []
-        self.version = 0  # bumped whenever `runs` changes
-        self.piece: _Piece | None = None
-        self.bandwidth_next_at = 0.0
-        self.task: asyncio.Task[None] | None = None
-        self.waiter: asyncio.Future[None] | None = None
-
-    # -- events from the transports ------------------------------------------------------------
-
-    def on_data(self, data: bytes) -> None:
-        if self.conn.closed:
-            return
-        if self.task is None:  # no toxic in force and nothing queued: the fast path
-            self.dst.write(data)
-            return
-        was_empty = not self.queue
-        self.queue.append(_Chunk(memoryview(data), self.conn.loop.time()))
-        self.queued_bytes += len(data)
-        self.update_reading()
-        if was_empty:
-            self.wake()
-
-    def on_eof(self) -> None:
-        self.eof = True
-        self.update_reading()
-        if self.task is None:
-            self.pass_eof()
-        else:
-            self.wake()
-
-    def set_dst_paused(self, paused: bool) -> None:
-        self.dst_paused = paused
-        self.update_reading()
-        if not paused:
-            self.wake()
-
-    def update_reading(self) -> None:
-        want = (not self.conn.closed and not self.eof and not self.dst_paused
-                and self.queued_bytes < PIPE_QUEUE_BYTES_MAX)
-        if want != self.reading:
-            self.reading = want
-            if want:
-                self.src.resume_reading()
-            else:
-                self.src.pause_reading()
-
-    def pass_eof(self) -> None:
-        self.done = True
-        if self.dst.can_write_eof() and not self.dst.is_closing():
-            try:
-                self.dst.write_eof()
-            except OSError:
-                # dst is gone already (ENOTCONN: its peer reset it while it was not read
-                # from, so asyncio did not notice): no half-close to pass on, the connection
-                # ends. Not an error of the proxy: a peer's teardown.
-                self.conn.close(drop=True)
-                return
-        self.conn.on_pipe_done()
-
-    # -- toxics ----------------------------------------------------------------------------------
-
-    def sync_toxics(self, toxics: list[Toxic]) -> None:
-        """Applies the proxy's toxic list for this stream to this connection."""
-        old = {run.toxic.uid: run for run in self.runs}
-        runs: list[_ToxicRun] = []
-        for toxic in toxics:
-            run = old.pop(toxic.uid, None)
-            if run is None or run.version != toxic.version:
-                # Toxicity is drawn per connection when a toxic is applied or updated.
-                fresh = _ToxicRun(toxic, toxic.version, self.conn.rng.random() < toxic.toxicity)
-                if run is not None:
-                    run.cancel()
-                    fresh.bytes_sent = run.bytes_sent
-                run = fresh
-                timeout_ms = toxic.attributes.get("timeout", 0)
-                if run.active and toxic.type == "timeout" and timeout_ms > 0:
-                    run.timer = self.conn.loop.call_later(timeout_ms / 1000, self.conn.close)
-            runs.append(run)
-        for run in old.values():
-            run.cancel()
-        self.runs = runs
-        self.version += 1
-        self.piece = None
-        if self.task is None and not self.done and any(r.active for r in runs):
-            self.task = self.conn.loop.create_task(self._run())
-        self.wake()
-
-    def shutdown(self) -> None:
-        for run in self.runs:
-            run.cancel()
-        self.queue.clear()
-        self.queued_bytes = 0
-        if self.task is not None and self.task is not asyncio.current_task():
-            self.task.cancel()
-        self.wake()
-
-    # -- the toxic task --------------------------------------------------------------------------
-
-    def wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    async def _run(self) -> None:
-        loop = self.conn.loop
-        writes = 0
-        try:
-            while True:
-                step = self._step(loop.time())
-                if step == _DONE:
-                    return
-                if step == _PROGRESS:
-                    writes += 1
-                    if writes >= PIPE_WRITES_PER_TURN_MAX:
-                        writes = 0
-                        await asyncio.sleep(0)
-                    continue
-                writes = 0
-                await self._wait(None if step == _IDLE else step)
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # a bug here must not leave a connection hanging half-alive
-            log.exception("toxic pipe %s of proxy %s failed", self.stream, self.conn.proxy.name)
-            self.conn.close()
-        finally:
-            # No await between the last _step and here: on_data sees task None only when the
-            # queue is empty and no toxic is in force, so the fast path keeps the byte order.
-            self.task = None
-
-    async def _wait(self, deadline: float | None) -> None:
-        loop = self.conn.loop
-        waiter: asyncio.Future[None] = loop.create_future()
-        self.waiter = waiter
-        timer = None if deadline is None else loop.call_at(deadline, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-            if timer is not None:
-                timer.cancel()
-
-    def _step(self, now: float) -> float:
-        """Does what can be done now; returns _PROGRESS, _IDLE, _DONE or a time to wait until.
-        Synchronous, so the toxic list cannot change under it."""
-        if self.conn.closed:
-            return _DONE
-        active = [run for run in self.runs if run.active]
-        # timeout holds everything, the end of the stream included, until it is removed (its
-        # timer closes the connection when its timeout is over 0).
-        if any(run.toxic.type == "timeout" for run in active):
-            return _IDLE
-        if not self.queue:
-            if self.eof:
-                return self._step_eof(now, active)
-            return _IDLE if active else _DONE
-        if self.dst_paused:
-            return _IDLE
-        chunk = self.queue[0]
-        for run in active:
-            if run.toxic.type == "reset_peer":
-                # As Toxiproxy: the first chunk to reach it starts the countdown, and is lost.
-                if run.reset_at is None:
-                    run.reset_at = now + run.toxic.attributes["timeout"] / 1000
-                if now < run.reset_at:
-                    return run.reset_at
-                self.conn.close(reset=True)
-                return _DONE
-        if chunk.delay_version != self.version:
-            chunk.delay_s = self._draw_delay_s(active)
-            chunk.delay_version = self.version
-        if now < chunk.read_at + chunk.delay_s:
-            return chunk.read_at + chunk.delay_s
-        if self.piece is None or self.piece.version != self.version:
-            self.piece = self._plan_piece(now, len(chunk.data), active)
-        if now < self.piece.ready_at:
-            return self.piece.ready_at
-        return self._write_piece(chunk, self.piece, active)
-
-    def _step_eof(self, now: float, active: list[_ToxicRun]) -> float:
-        if self.eof_at is None:
-            self.eof_at = now
-        delay_ms = max((r.toxic.attributes["delay"] for r in active
-                        if r.toxic.type == "slow_close"), default=0)
-        if now < self.eof_at + delay_ms / 1000:
-            return self.eof_at + delay_ms / 1000
-        self.pass_eof()
-        return _DONE
-
-    def _draw_delay_s(self, active: list[_ToxicRun]) -> float:
-        delay_ms = 0
-        for run in active:
-            if run.toxic.type == "latency":
-                jitter = run.toxic.attributes["jitter"]
-                delay_ms += run.toxic.attributes["latency"]
-                if jitter > 0:  # Toxiproxy: latency + [-jitter, jitter)
-                    delay_ms += self.conn.rng.randrange(-jitter, jitter)
-        return max(delay_ms, 0) / 1000
-
-    def _plan_piece(self, now: float, available: int, active: list[_ToxicRun]) -> _Piece:
-        size = available
-        ready_at = now
-        for run in active:
-            attributes = run.toxic.attributes
-            if run.toxic.type == "slicer":
-                variation = attributes["size_variation"]
-                drawn = attributes["average_size"] + self.conn.rng.randint(-variation, variation)
-                size = min(size, max(1, drawn))
-                ready_at = max(ready_at, now + attributes["delay"] / 1_000_000)
-        rates = [r.toxic.attributes["rate"] for r in active
-                 if r.toxic.type == "bandwidth" and r.toxic.attributes["rate"] > 0]
-        if rates:
-            bytes_per_s = min(rates) * 1000
-            size = min(size, max(1, int(bytes_per_s * BANDWIDTH_SLICE_S)))
-            # Sleep before sending, as Toxiproxy; idle time earns no burst credit.
-            ready_at = max(ready_at, max(self.bandwidth_next_at, now) + size / bytes_per_s)
-        return _Piece(size, ready_at, self.version)
-
-    def _write_piece(self, chunk: _Chunk, piece: _Piece, active: list[_ToxicRun]) -> float:
-        limits = [r for r in active if r.toxic.type == "limit_data"]
-        size = piece.size
-        for run in limits:
-            size = min(size, run.toxic.attributes["bytes"] - run.bytes_sent)
-        if size > 0:
-            self.dst.write(chunk.data[:size])
-            chunk.data = chunk.data[size:]
-            self.queued_bytes -= size
-            if not chunk.data:
-                self.queue.popleft()
-            if any(r.toxic.type == "bandwidth" for r in active):
-                self.bandwidth_next_at = piece.ready_at
-            for run in limits:
-                run.bytes_sent += size
-        self.piece = None
-        if any(run.bytes_sent >= run.toxic.attributes["bytes"] for run in limits):
-            self.conn.close()  # graceful: what was written still reaches the peer
-            return _DONE
-        self.update_reading()
-        return _PROGRESS
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-class _Connection:
-    """A client connection, its upstream connection and the two pipes between them."""
-
-    def __init__(self, proxy: _Proxy, client: asyncio.Transport) -> None:
-        self.proxy = proxy
-        self.loop = proxy.app.loop
-        self.rng = proxy.app.rng
-        self.client = client
-        self.upstream: asyncio.Transport | None = None
-        self.pipes: dict[str, _Pipe] = {}
-        self.closed = False
-        self.connect_task: asyncio.Task[None] | None = None
-
-    async def connect_upstream(self, host: str, port: int) -> None:
-        try:
-            await asyncio.wait_for(
-                self.loop.create_connection(lambda: _UpstreamProtocol(self), host, port),
-                UPSTREAM_CONNECT_TIMEOUT_S)
-        except (TimeoutError, OSError) as error:
-            # As Toxiproxy: the client is closed when the upstream cannot be reached.
-            log.info("proxy %s: upstream %s:%s unreachable: %s", self.proxy.name, host, port, error)
-            self.close()
-
-    def on_upstream_made(self, upstream: asyncio.Transport) -> None:
-        if self.closed:
-            upstream.abort()
-            return
-        self.upstream = upstream
-        # The client was paused on accept, until there is somewhere to send its bytes.
-        self.pipes = {
-            "upstream": _Pipe(self, "upstream", self.client, upstream, reading=False),
-            "downstream": _Pipe(self, "downstream", upstream, self.client, reading=True),
-        }
-        self.sync_toxics()
-        for pipe in self.pipes.values():
-            pipe.update_reading()
-
-    def sync_toxics(self) -> None:
-        for stream, pipe in self.pipes.items():
-            pipe.sync_toxics([t for t in self.proxy.toxics if t.stream == stream])
-
-    def on_pipe_done(self) -> None:
-        # Half-closes are passed on; the connection ends when both directions have ended.
-        if all(pipe.done for pipe in self.pipes.values()):
-            self.close()
-
-    def close(self, *, reset: bool = False, drop: bool = False) -> None:
-        """Graceful by default (buffered bytes still go out, then FIN); `drop` discards them;
-        `reset` makes both peers see a TCP RST (SO_LINGER 0, as Toxiproxy's reset_peer)."""
-        if self.closed:
-            return
-        self.closed = True
-        self.proxy.connections.discard(self)
-        if self.connect_task is not None and self.connect_task is not asyncio.current_task():
-            self.connect_task.cancel()
-        for pipe in self.pipes.values():
-            pipe.shutdown()
-        for transport in (self.client, self.upstream):
-            if transport is None:
-                continue
-            if reset:
-                sock = transport.get_extra_info("socket")
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                        struct.pack("ii", 1, 0))
-            if reset or drop:
-                transport.abort()
-            else:
-                transport.close()
-
-
-class _ClientProtocol(asyncio.Protocol):
-    def __init__(self, proxy: _Proxy, generation: int) -> None:
-        self.proxy = proxy
-        self.generation = generation
-        self.conn: _Connection | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()
-        self.conn = self.proxy.on_accept(transport, self.generation)
-
-    def data_received(self, data: bytes) -> None:
-        if self.conn is not None and not self.conn.closed:
-            self.conn.pipes["upstream"].on_data(data)
-
-    def eof_received(self) -> bool:
-        if self.conn is not None and not self.conn.closed:
-            self.conn.pipes["upstream"].on_eof()
-        return True  # keep the socket open for the other direction
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.conn is not None:
-            self.conn.close()
-
-    def pause_writing(self) -> None:
-        if self.conn is not None and "downstream" in self.conn.pipes:
-            self.conn.pipes["downstream"].set_dst_paused(True)
-
-    def resume_writing(self) -> None:
-        if self.conn is not None and "downstream" in self.conn.pipes:
-            self.conn.pipes["downstream"].set_dst_paused(False)
-
-
-class _UpstreamProtocol(asyncio.Protocol):
-    def __init__(self, conn: _Connection) -> None:
-        self.conn = conn
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.conn.on_upstream_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.conn.closed:
-            self.conn.pipes["downstream"].on_data(data)
-
-    def eof_received(self) -> bool:
-        if not self.conn.closed:
-            self.conn.pipes["downstream"].on_eof()
-        return True
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.conn.close()
-
-    def pause_writing(self) -> None:
-        if not self.conn.closed:
-            self.conn.pipes["upstream"].set_dst_paused(True)
-
-    def resume_writing(self) -> None:
-        if not self.conn.closed:
-            self.conn.pipes["upstream"].set_dst_paused(False)
-
-
-class _Proxy:
-    """A named proxy: listen address, upstream, toxics and open connections."""
-
-    def __init__(self, app: ToxiproxyApp, name: str, listen: str, upstream: str) -> None:
-        self.app = app
-        self.name = name
-        self.listen = listen
-        self.upstream = upstream
-        self.enabled = False
-        self.toxics: list[Toxic] = []
-        self.connections: set[_Connection] = set()
-        self.server: asyncio.Server | None = None
-        self.generation = 0  # connections accepted by an older listener are refused
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "listen": self.listen,
-            "upstream": self.upstream,
-            "enabled": self.enabled,
-            "toxics": [t.to_json() for t in self.sorted_toxics()],
-        }
-
-    def sorted_toxics(self) -> list[Toxic]:
-        return [t for stream in STREAMS for t in self.toxics if t.stream == stream]
-
-    async def start(self) -> None:
-        if self.enabled:
-            return
-        host, port = parse_address(self.listen, "listen", listen=True)
-        self.generation += 1
-        generation = self.generation
-        try:
-            server = await self.app.loop.create_server(
-                lambda: _ClientProtocol(self, generation), host or None, port,
-                reuse_address=True)
-        except OSError as error:
-            raise ApiError(500, f"listen tcp {self.listen}: {error.strerror or error}") from None
-        bound = server.sockets[0].getsockname()
-        # Toxiproxy answers with the address it really bound, so port 0 becomes a real port
-        # and a later enable listens on that same port.
-        self.listen = format_address(host or bound[0], bound[1])
-        self.server = server
-        self.enabled = True
-        log.info("proxy %s listening on %s, upstream %s", self.name, self.listen, self.upstream)
-
-    def stop(self) -> None:
-        """Stops listening and drops every open connection (Toxiproxy's disable)."""
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self.enabled = False
-        self.generation += 1
-        for conn in list(self.connections):
-            conn.close(drop=True)
-
-    def on_accept(self, client: asyncio.Transport, generation: int) -> _Connection | None:
-        if generation != self.generation or len(self.connections) >= CONNECTIONS_PER_PROXY_MAX:
-            client.abort()
-            return None
-        conn = _Connection(self, client)
-        self.connections.add(conn)
-        host, port = parse_address(self.upstream, "upstream", listen=False)
-        conn.connect_task = self.app.loop.create_task(conn.connect_upstream(host, port))
-        return conn
-
-    def toxics_changed(self) -> None:
-        for conn in list(self.connections):
-            conn.sync_toxics()
-
 
 # ----------------------------------------------------------------------------------------------
 # HTTP/1.1, just enough for the admin API (JSON bodies, keep-alive, Content-Length or chunked)
@@ -733,7 +212,7 @@ class ToxiproxyApp:
         # One seeded generator for toxicity draws, jitter and slice sizes, so a test can
         # replay them (the order of connections still depends on the test's own timing).
         self.rng = random.Random(seed)
-        self.proxies: dict[str, _Proxy] = {}
+        self.proxies: dict[str, Proxy] = {}
         self.http_server: asyncio.Server | None = None
         self.http_writers: set[asyncio.StreamWriter] = set()
         self.http_tasks: set[asyncio.Task[Any]] = set()
@@ -849,7 +328,7 @@ class ToxiproxyApp:
 
     # -- proxies ---------------------------------------------------------------------------------
 
-    def _proxy(self, params: dict[str, str]) -> _Proxy:
+    def _proxy(self, params: dict[str, str]) -> Proxy:
         proxy = self.proxies.get(params["proxy"])
         if proxy is None:
             raise ApiError(404, "proxy not found")
@@ -883,7 +362,7 @@ class ToxiproxyApp:
             raise ApiError(409, "proxy already exists")
         if len(self.proxies) >= PROXIES_MAX:
             raise ApiError(400, f"at most {PROXIES_MAX} proxies")
-        proxy = _Proxy(self, config.name, config.listen, config.upstream)
+        proxy = Proxy(config.name, config.listen, config.upstream, rng=self.rng)
         if config.enabled:
             await proxy.start()  # a failed listen leaves nothing behind, as in Toxiproxy
         self.proxies[config.name] = proxy
@@ -909,7 +388,7 @@ class ToxiproxyApp:
             if existing is not None:
                 existing.stop()
                 del self.proxies[config.name]
-            proxy = _Proxy(self, config.name, config.listen, config.upstream)
+            proxy = Proxy(config.name, config.listen, config.upstream, rng=self.rng)
             try:
                 if config.enabled:
                     await proxy.start()
@@ -945,7 +424,7 @@ class ToxiproxyApp:
 
     # -- toxics ----------------------------------------------------------------------------------
 
-    def _toxic(self, proxy: _Proxy, params: dict[str, str]) -> Toxic:
+    def _toxic(self, proxy: Proxy, params: dict[str, str]) -> Toxic:
         for toxic in proxy.toxics:
             if toxic.name == params["toxic"]:
                 return toxic
