@@ -1,4 +1,4 @@
-"""The Toxiproxy-compatible server (chaos/toxiproxy_server.py) when a peer tears a connection
+"""The Toxiproxy-compatible server (chaos/toxiproxy/) when a peer tears a connection
 down hard: a half-close that reaches an upstream already reset ends the connection quietly.
 
 The case, as gRPC teardowns made it at the end of chaos runs: the upstream answers, half-closes
@@ -29,7 +29,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
 from chaos import proxies
-from chaos.toxiproxy_server import ToxiproxyServer
+from chaos.toxiproxy import ToxiproxyServer
 
 IO_TIMEOUT_S = 5.0
 #: Long enough for the proxy's event loop to handle the upstream's FIN before its RST.
@@ -69,7 +69,7 @@ def test_a_half_close_to_an_upstream_already_reset_ends_the_connection_quietly(
     proxy = client.create(upstream=f"127.0.0.1:{listener.getsockname()[1]}", name="teardown")
     # A toxic in force on the client -> upstream stream: its pipe task passes the FIN on.
     proxies.latency(proxy, 1, stream="upstream")
-    caplog.set_level(logging.INFO, logger="chaos.toxiproxy_server")
+    caplog.set_level(logging.INFO, logger="chaos.toxiproxy")
     try:
         with socket.create_connection(proxies.address(proxy), timeout=IO_TIMEOUT_S) as sock:
             sock.sendall(b"hello")
