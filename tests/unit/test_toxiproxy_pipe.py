@@ -172,13 +172,13 @@ def test_timeout_zero_holds_data_and_the_end_of_the_stream_until_removed() -> No
 
 
 def test_a_timeout_closes_the_connection_that_long_after_it_was_applied_or_updated() -> None:
-    timeout = _toxic("timeout", timeout=300)
+    timeout = _toxic("timeout", timeout=250)  # times a float holds exactly
     pipe = _pipe(timeout, now=1.0)
-    assert pipe.step(1.0) == Wait(pytest.approx(1.3))
-    update_toxic(timeout, {"attributes": {"timeout": 300}})
-    pipe.set_toxics([timeout], 1.2)  # an update starts its timer again
-    assert pipe.step(1.3) == Wait(pytest.approx(1.5))
-    assert pipe.step(1.5) == Close()
+    assert pipe.step(1.0) == Wait(1.25)
+    update_toxic(timeout, {"attributes": {"timeout": 250}})
+    pipe.set_toxics([timeout], 1.125)  # an update starts its timer again
+    assert pipe.step(1.25) == Wait(1.375)
+    assert pipe.step(1.375) == Close()
 
 
 def test_reset_peer_counts_down_from_the_first_chunk_loses_it_and_resets() -> None:
