@@ -17,7 +17,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	tidelog/spark tidelog/deploy tidelog/node_metrics.py tidelog/tls.py tidelog/certs.py tidelog/acl.py tidelog/scram.py broker/authz \
 	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py \
 	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py chaos/multihost \
-	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns
+	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns chaos/toxiproxy
 
 .PHONY: deploy-tools deploy-demo pipeline bench-spark chaos run stop test test-slow fuzz lint typecheck proto proto-check unit integration bench bench-scale bench-storage bench-controller bench-produce-consume bench-groups clean venv
 

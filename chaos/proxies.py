@@ -39,7 +39,7 @@ from toxiproxy import Proxy, Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import NotFound, ProxyExists
 
-from chaos.toxiproxy_server import ToxiproxyServer
+from chaos.toxiproxy import ToxiproxyServer
 
 __all__ = [
     "Stream",
@@ -151,7 +151,7 @@ def _start_real(binary: str, host: str, port: int) -> ToxiproxyHandle:
 
 
 def _start_child(host: str, port: int, seed: int | None) -> ToxiproxyHandle:
-    command = [sys.executable, "-m", "chaos.toxiproxy_server", "--host", host, "--port", str(port)]
+    command = [sys.executable, "-m", "chaos.toxiproxy", "--host", host, "--port", str(port)]
     if seed is not None:
         command += ["--seed", str(seed)]
     process = subprocess.Popen(command, cwd=_REPO_ROOT, text=True, stdout=subprocess.PIPE)

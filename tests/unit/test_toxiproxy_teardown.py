@@ -1,5 +1,6 @@
-"""The Toxiproxy-compatible server (chaos/toxiproxy_server.py) when a peer tears a connection
-down hard: a half-close that reaches an upstream already reset ends the connection quietly.
+"""The Toxiproxy-compatible server's TCP side (chaos/toxiproxy/proxy.py) when a peer tears a
+connection down hard: a half-close that reaches an upstream already reset ends the connection
+quietly.
 
 The case, as gRPC teardowns made it at the end of chaos runs: the upstream answers, half-closes
 (FIN: the proxy stops reading from it), then resets the connection (RST, SO_LINGER 0), which the
@@ -26,25 +27,18 @@ from collections.abc import Iterator
 
 import pytest
 from toxiproxy import Toxiproxy
-from toxiproxy.api import APIConsumer
+from toxiproxy_testkit import IO_TIMEOUT_S, client_of, running_server
 
 from chaos import proxies
-from chaos.toxiproxy_server import ToxiproxyServer
 
-IO_TIMEOUT_S = 5.0
 #: Long enough for the proxy's event loop to handle the upstream's FIN before its RST.
 SETTLE_S = 0.3
 
 
 @pytest.fixture
 def client() -> Iterator[Toxiproxy]:
-    saved = (APIConsumer.host, APIConsumer.port)
-    with ToxiproxyServer(seed=11) as server:
-        toxiproxy = Toxiproxy()
-        toxiproxy.update_api_consumer(server.host, server.port)
+    with running_server(seed=11) as server, client_of(server) as toxiproxy:
         yield toxiproxy
-        toxiproxy.destroy_all()
-    APIConsumer.host, APIConsumer.port = saved
 
 
 def _answer_half_close_then_reset(listener: socket.socket, done: threading.Event) -> None:
@@ -69,7 +63,7 @@ def test_a_half_close_to_an_upstream_already_reset_ends_the_connection_quietly(
     proxy = client.create(upstream=f"127.0.0.1:{listener.getsockname()[1]}", name="teardown")
     # A toxic in force on the client -> upstream stream: its pipe task passes the FIN on.
     proxies.latency(proxy, 1, stream="upstream")
-    caplog.set_level(logging.INFO, logger="chaos.toxiproxy_server")
+    caplog.set_level(logging.INFO, logger="chaos.toxiproxy")
     try:
         with socket.create_connection(proxies.address(proxy), timeout=IO_TIMEOUT_S) as sock:
             sock.sendall(b"hello")
