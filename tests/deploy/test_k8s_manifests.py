@@ -405,7 +405,7 @@ def test_each_pod_is_issued_its_own_certificate_and_a_broker_its_own_credential(
     from cryptography.x509.oid import NameOID
 
     root = Path(secret_file).read_text().strip()
-    for pod, (sts, cfg) in pod_configs(secret_file).items():
+    for pod, (_, cfg) in pod_configs(secret_file).items():
         issued = Path(secret_file).parent / f"issued-{pod}"
         cert = x509.load_pem_x509_certificate((issued / "node.crt").read_bytes())
         [name] = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
