@@ -48,6 +48,7 @@ from tidelog.cluster_secret import (
     PEER_ID_METADATA,
     broker_credential,
     read_secret_file,
+    write_broker_credential_file,
 )
 from tidelog.config import load_config
 from tidelog.local_cluster import HOST, free_ports
@@ -180,14 +181,22 @@ def test_a_repeated_peer_id_is_refused_on_both_listeners(cluster: ClusterHarness
 
 
 def test_what_a_broker_holds_cannot_act_as_another_broker(cluster: ClusterHarness) -> None:
+    """Everything broker 101's config gives it, used to claim broker 102 (with broker 102's
+    certificate, so that the credential decides): its own credential, and whatever a cluster
+    secret among its files would make (before issue 25 every broker held the secret)."""
     held = load_config(cluster.local.config_path("broker-1"))
-    assert held.cluster_secret() is None, "a broker-only node holds no cluster secret"
     own = held.broker_credential()
     assert own is not None and own.broker_id == 101
-    # Its own keys, claiming broker 102, with broker 102's certificate: the credential decides.
-    for audience, call in ((CONTROLLERS, heartbeat), (BROKERS, fetch)):
-        outcome = call(cluster, "broker-2", claim(102, own.presented_to(audience)), 102)
-        assert refused(outcome, "credential is not broker 102's"), (audience, outcome)
+    made = [own]
+    root = held.cluster_secret()
+    if root is not None:
+        made.append(broker_credential(root, 102))
+    for credential in made:
+        for audience, call in ((CONTROLLERS, heartbeat), (BROKERS, fetch)):
+            outcome = call(cluster, "broker-2", claim(102, credential.presented_to(audience)),
+                           102)
+            assert refused(outcome, "credential is not broker 102's"), (audience, outcome)
+    assert root is None, "a broker-only node holds no cluster secret"
     # What it presents to brokers (a leader sees it on every fetch) does not open the
     # controllers, even as itself.
     outcome = heartbeat(cluster, "broker-1", claim(101, own.presented_to(BROKERS)), 101)
@@ -262,8 +271,9 @@ def test_refused_100_mib_requests_cost_the_server_no_memory(cluster: ClusterHarn
                 call(create if is_controller else replica_fetch, timeout=30, metadata=metadata)
         assert error.value.code() == expected, (what, error.value.details())
         time.sleep(0.5)  # whatever the server still does with it, done before we look
-        growth[what] = peak_rss_kb(node.pid) - before
-    print("peak RSS growth (KiB):", growth)
+        after = peak_rss_kb(node.pid)
+        growth[what] = after - before
+        print(f"{what}: peak RSS {before} -> {after} KiB")
     assert all(kb < RSS_GROWTH_MAX_KB for kb in growth.values()), growth
     assert cluster.is_running(cluster.controller_names[0]) and cluster.is_running("broker-2")
 
@@ -339,10 +349,11 @@ def test_a_plaintext_peer_listener_off_loopback_is_refused_at_start(
     """0.0.0.0 without [tls], with a credential: a capture of any broker's call on it could be
     replayed. Inside a namespace of the test's own, where binding it reaches nothing else."""
     if role == "broker":
-        credential = cluster.local.credential_path("broker-1")
+        credential = tmp_path / "broker-150.credential"  # as the operator makes it
+        root = read_secret_file(cluster.local.secret_path)
+        write_broker_credential_file(credential, broker_credential(root, 150))
         config = broker_config(cluster, tmp_path, inter_broker_listen_host="0.0.0.0",
                                secret_line=f'broker_credential_file = "{credential}"')
-        config.write_text(config.read_text().replace("node_id = 150", "node_id = 101"))
         key_name = "broker.inter_broker_listen_host"
     else:
         from tidelog.data_dir import format_data_dir
