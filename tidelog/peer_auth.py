@@ -200,7 +200,7 @@ class RegisteredVerifier:
                     f"(yet), so its credential cannot be checked")
         if not verifier:
             return (f"broker {claim.broker_id}'s registration carries no credential verifier "
-                    f"(the controllers run without cluster_secret_file)")
+                    f"(its controllers have no cluster secret, or ran a version without them)")
         if not hmac.compare_digest(verifier, credential_verifier(claim.credential)):
             return (f"the {PEER_AUTH_METADATA} credential is not broker {claim.broker_id}'s "
                     f"(another cluster's, another broker's, or not a broker)")
