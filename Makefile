@@ -15,6 +15,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	broker/replica_manager.py broker/spread_pass.py broker/heap_freezer.py broker/partition.py broker/partition_writer.py broker/handlers \
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \
 	tidelog/spark tidelog/deploy tidelog/node_metrics.py tidelog/tls.py tidelog/certs.py tidelog/acl.py tidelog/scram.py broker/authz \
+	tidelog/cluster_secret.py tidelog/peer_auth.py \
 	chaos/history.py chaos/checkers chaos/workload chaos/nemesis chaos/router.py \
 	chaos/scenarios.py chaos/runner.py chaos/runner_faults.py chaos/runner_member.py chaos/multihost \
 	chaos/runner_suite.py chaos/report.py chaos/report_png.py chaos/netns chaos/toxiproxy

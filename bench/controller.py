@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from tidelog import limits
+from tidelog.cluster_secret import CONTROLLERS, broker_credential
 from tidelog.local_cluster import LocalCluster
 from tidelog.peer_auth import peer_metadata
 from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
@@ -52,7 +53,9 @@ class Quorum:
         # The controllers answer only brokers of the cluster: the bench plays simulated
         # brokers, so it signs each call as the broker the request names (or broker 0 for
         # the admin calls a broker would forward).
-        metadata = peer_metadata(self.secret, getattr(request, "broker_id", 0))
+        broker_id = getattr(request, "broker_id", 0)
+        credential = broker_credential(self.secret, broker_id) if self.secret else None
+        metadata = peer_metadata(broker_id, credential, audience=CONTROLLERS)
         deadline = time.monotonic() + deadline_s
         addresses = list(self.stubs)
         i = addresses.index(self.active)

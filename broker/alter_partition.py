@@ -22,6 +22,7 @@ from collections.abc import Callable
 from broker.partition import Partition, PartitionKey
 from broker.producer_ids import ControllerChannel
 from broker.replication import ProposeIsr
+from tidelog import limits
 from tidelog.errors import TidelogError
 from tidelog.invariants import check
 from tidelog.v1 import controller_pb2 as cpb
@@ -39,7 +40,8 @@ ALTER_PARTITION_BACKOFF_MAX_MS = 2_000
 #: batch, which every controller replays on its Raft thread (~43 µs each): one request for the
 #: ISRs expanding after 10,000-partition topics were created on a 100,000-partition cluster made
 #: a 1.8 MB batch the quorum refuses, and the broker resent it for ever. Kafka has no such bound.
-ALTER_PARTITION_ITEMS_MAX = 2_000
+#: In tidelog.limits, where the controller listener's message limit is sized from it.
+ALTER_PARTITION_ITEMS_MAX = limits.ALTER_PARTITION_ITEMS_MAX
 
 check(
     ALTER_PARTITION_BACKOFF_MS < ALTER_PARTITION_BACKOFF_MAX_MS,

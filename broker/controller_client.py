@@ -48,6 +48,7 @@ from tidelog import limits
 from tidelog.config import VoterConfig
 from tidelog.errors import (
     BrokerNotAvailableError,
+    PolicyViolationError,
     RequestTimedOutError,
     TidelogError,
     UnknownServerError,
@@ -369,8 +370,16 @@ class ControllerClient:
 
         Never raises a TidelogError: a failure comes back as a response of the method's type
         with the error's code and message (REQUEST_TIMED_OUT when no controller answered), and
-        the ``controller`` hint is cleared (clients talk to brokers only).
+        the ``controller`` hint is cleared (clients talk to brokers only). A request larger than
+        the controller listener takes is POLICY_VIOLATION here, not sent: its records could not
+        fit a metadata batch anyway (tidelog.limits.CONTROLLER_REQUEST_BYTES_MAX).
         """
+        size = request.ByteSize()
+        if size > limits.CONTROLLER_REQUEST_BYTES_MAX:
+            return _failed_response(method_name, request, PolicyViolationError(
+                f"{method_name} request of {size} bytes: the controllers take at most "
+                f"{limits.CONTROLLER_REQUEST_BYTES_MAX} (a request's records are committed as "
+                f"one metadata batch of at most {limits.METADATA_BATCH_BYTES_MAX}): split it"))
         try:
             response = await self.call(method_name, request, timeout_ms=timeout_ms)
         except TidelogError as error:

@@ -37,11 +37,11 @@ from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_listener import MetadataListener
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
-from tidelog.cluster_secret import derive_key
+from tidelog.cluster_secret import BROKERS, CONTROLLERS, BrokerCredential
 from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
-from tidelog.peer_auth import peer_metadata
+from tidelog.peer_auth import PeerVerifier, RegisteredVerifier, RootVerifier, peer_metadata
 from tidelog.tls import PLAINTEXT, ChannelFactory
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
@@ -65,13 +65,16 @@ class BrokerRuntime:
         self.registry = registry
         self.failure: TidelogError | None = None
         self.stopping = asyncio.Event()
-        # Our credential for the controllers and the other brokers' inter-broker listeners.
-        peer = peer_metadata(config.cluster_secret(), config.node_id)
+        # Our own credential: one key for the controllers, another for the other brokers'
+        # inter-broker listeners (tidelog.cluster_secret). None: a loopback-only dev node.
+        self.credential = config.broker_credential()
+        self._secret = config.cluster_secret()  # a combined node's; None on a broker-only one
         # With [tls], every connection to a controller or a leader is mutual TLS.
         channels = ChannelFactory.for_files(config.tls.files(), "tls") if config.tls.enabled \
             else PLAINTEXT
-        self.client = ControllerClient(config.controller.voters, name=f"broker-{config.node_id}",
-                                       peer_metadata=peer, channels=channels)
+        self.client = ControllerClient(
+            config.controller.voters, name=f"broker-{config.node_id}", channels=channels,
+            peer_metadata=peer_metadata(config.node_id, self.credential, audience=CONTROLLERS))
         self.listener = MetadataListener(broker_id=config.node_id, cluster_id=cluster_id,
                                          client=self.client, on_fatal=self._on_fatal)
         self.lifecycle = BrokerLifecycleManager(
@@ -87,7 +90,8 @@ class BrokerRuntime:
             broker_id=config.node_id, data_dir=self.data_dir, cluster_id=cluster_id,
             controller=self.client, broker_epoch=lambda: self.lifecycle.broker_epoch,
             config=ReplicaManagerConfig.from_broker_config(b), metrics=metrics,
-            metadata_caught_up=self._metadata_confirmed, peer_metadata=peer, channels=channels,
+            metadata_caught_up=self._metadata_confirmed, channels=channels,
+            peer_metadata=peer_metadata(config.node_id, self.credential, audience=BROKERS),
             on_leader_unreachable=self.lifecycle.report_unreachable)
         #: The data plane's request handlers (broker.handlers), what the servicers call.
         self.data_plane = DataPlaneHandlers(self.replica_manager)
@@ -110,7 +114,7 @@ class BrokerRuntime:
         self.authn = Authenticator(
             config.sasl, lambda: self.listener.image,
             certificates_verified=config.tls.enabled and config.tls.client_auth != "none",
-            decoy_key=_decoy_key(config, cluster_id),
+            decoy_key=_decoy_key(self.credential, cluster_id),
             failures=metrics.authentication_failures if metrics is not None else None)
         if isinstance(registry, CollectorRegistry):  # read at scrape time (broker.group.metrics)
             registry.register(GroupMetricsCollector(self.group_coordinator))
@@ -158,6 +162,21 @@ class BrokerRuntime:
         return (self.lifecycle.is_caught_up and self.listener.has_caught_up
                 and not self.lifecycle.is_fenced)
 
+    def peer_verifier(self) -> PeerVerifier | None:
+        """How the inter-broker listener checks a follower's credential: against the cluster
+        secret on a combined node; on a broker-only node, which holds only its own credential,
+        against the verifier the follower's registration carries in this broker's image. None
+        on a development node without credentials (everyone is let through)."""
+        if self._secret is not None:
+            return RootVerifier(self._secret, audience=BROKERS)
+        if self.credential is None:
+            return None
+        return RegisteredVerifier(self._registered_verifier)
+
+    def _registered_verifier(self, broker_id: int) -> bytes | None:
+        registration = self.listener.image.cluster.broker(broker_id)
+        return registration.credential_verifier if registration is not None else None
+
     def _on_fatal(self, error: TidelogError) -> None:
         log.error("broker %d: fatal: %s", self.broker_id, error)
         if self.failure is None:
@@ -201,10 +220,10 @@ class BrokerRuntime:
         return None
 
 
-def _decoy_key(config: NodeConfig, cluster_id: str) -> bytes:
-    """The key of the made-up salts ScramSalt gives for unknown users: the same on every broker,
-    and secret where the cluster has a secret (else anyone could compute the made-up salts and
-    tell them from real ones)."""
-    secret = config.cluster_secret()
-    return derive_key(secret, "scram-decoy-salts") if secret is not None \
+def _decoy_key(credential: BrokerCredential | None, cluster_id: str) -> bytes:
+    """The key of the made-up salts ScramSalt gives for unknown users: the same on every broker
+    (derived from the cluster secret; each broker's credential file carries it), and secret
+    where the cluster has one (else anyone could compute the made-up salts and tell them from
+    real ones)."""
+    return credential.scram_decoy_key if credential is not None \
         else hashlib.sha256(f"tidelog-scram-decoy-salts\0{cluster_id}".encode()).digest()

@@ -374,7 +374,7 @@ class ReplicaService(broker_pb2_grpc.ReplicaServiceServicer):
         self.rt = runtime
 
     async def _check(self, request: pb.FetchRequest, context: Any) -> DataPlaneHandlers:
-        peer = authenticated_broker_id(context)
+        peer = authenticated_broker_id()  # the one id the interceptor checked
         if peer is not None and peer != request.replica_id:
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,

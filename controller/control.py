@@ -174,10 +174,13 @@ class ControllerLogic:
         image: MetadataImage | None = None,
         check_speculative: bool = False,
         bootstrap: Sequence[metadata_pb2.MetadataRecord] = (),
+        credential_verifier: Callable[[int], bytes] = lambda broker_id: b"",
     ) -> None:
         """``check_speculative`` (tests) compares speculative and committed digests whenever
         every proposal has committed: they must be equal. ``bootstrap``: records for a brand-new
-        cluster (tidelog.metadata.bootstrap), proposed with the NoOp while the image is blank."""
+        cluster (tidelog.metadata.bootstrap), proposed with the NoOp while the image is blank.
+        ``credential_verifier``: what a broker's registration carries for other brokers to check
+        its credential with (tidelog.cluster_secret; b"" without a cluster secret)."""
         self._bootstrap = tuple(bootstrap)
         self._node_id = node_id
         self._cluster_id = cluster_id
@@ -194,7 +197,8 @@ class ControllerLogic:
         self._heartbeats = BrokerHeartbeatTracker(self._config.broker_session_timeout_ms)
         self._replication = ReplicationControlManager(self._config, rng)
         self._cluster = ClusterControlManager(
-            cluster_id=cluster_id, heartbeats=self._heartbeats, replication=self._replication
+            cluster_id=cluster_id, heartbeats=self._heartbeats, replication=self._replication,
+            credential_verifier=credential_verifier,
         )
         self._configs = ConfigControlManager()
         self._producer_ids = ProducerIdControlManager(self._config)

@@ -51,6 +51,7 @@ from controller.managers.common import (
 )
 from controller.metrics import ControllerMetrics
 from controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
+from tidelog.cluster_secret import broker_credential
 from tidelog.config import NodeConfig, VoterConfig
 from tidelog.errors import error_for_code
 from tidelog.invariants import check
@@ -171,6 +172,13 @@ class MetadataTail:
         return out
 
 
+def _credential_verifiers(secret: str | None) -> Callable[[int], bytes]:
+    """A broker id's credential verifier, for its registration record (b"" without a secret)."""
+    if secret is None:
+        return lambda broker_id: b""
+    return lambda broker_id: broker_credential(secret, broker_id).verifier()
+
+
 class ControllerRuntime:
     """One controller node: quorum membership, control logic, and the write path."""
 
@@ -182,6 +190,9 @@ class ControllerRuntime:
         self.voters: dict[int, VoterConfig] = {v.id: v for v in c.voters}
         self._by_raft_address = {v.raft_address: v for v in c.voters}
         self._lock = threading.RLock()
+        #: The cluster secret (None: loopback-only dev configs): it keys the Raft transport and
+        #: every broker's credential, whose verifier each registration carries.
+        self.secret = config.cluster_secret()
         self.logic = ControllerLogic(
             node_id=config.node_id,
             cluster_id=cluster_id,
@@ -191,6 +202,7 @@ class ControllerRuntime:
             # that missed the deletion. Simulations and unit tests pass their own seeded Random.
             rng=random.Random(),
             bootstrap=read_bootstrap(config.data_dir),
+            credential_verifier=_credential_verifiers(self.secret),
             config=LogicConfig(
                 broker_session_timeout_ms=c.broker_session_timeout_ms,
                 leader_imbalance_check_interval_ms=c.leader_imbalance_check_interval_ms,
@@ -219,7 +231,7 @@ class ControllerRuntime:
             # Exactly where the config says (never a wildcard of pysyncobj's choosing), and the
             # cluster secret keys the transport's handshake (None: loopback-only dev configs).
             bind_address=f"{config.raft_bind_host}:{me.raft_port}",
-            cluster_secret=config.cluster_secret(),
+            cluster_secret=self.secret,
             # [tls]: the Raft transport runs inside mutual TLS against the cluster CA too, under
             # the secret's handshake (controller/raft/tls_wire.py).
             tls_files=config.tls.files() if config.tls.enabled else None,

@@ -4,7 +4,8 @@ Writes (everything that changes metadata) go through ``ControllerRuntime.write``
 active controller serves them and answers after commit; others answer NOT_CONTROLLER with a hint.
 Reads are answered from this controller's own committed view. Only brokers may call it: the
 server's tidelog.peer_auth interceptor refuses (UNAUTHENTICATED) every RPC but DescribeQuorum
-without a broker credential, and a credential acts for its own broker id only. A handler never
+without a broker credential (and, with [tls], a certificate naming that broker), and the one
+id it authenticated acts for itself only. A handler never
 lets an exception escape as a gRPC error for a client mistake: malformed input gets
 INVALID_REQUEST in the response.
 """
@@ -18,8 +19,9 @@ import grpc
 
 from controller.managers.common import error_response
 from controller.runtime import ControllerRuntime
+from tidelog.cluster_secret import CONTROLLERS
 from tidelog.errors import TidelogError, UnknownServerError
-from tidelog.peer_auth import PeerAuthInterceptor, authenticated_broker_id
+from tidelog.peer_auth import PeerAuthInterceptor, RootVerifier, authenticated_broker_id
 from tidelog.v1 import controller_pb2 as pb
 from tidelog.v1 import controller_pb2_grpc
 
@@ -46,7 +48,7 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
     async def _check_broker_id(self, broker_id: int, context: Any) -> None:
         """A broker's credential acts for its own id only: broker 1 cannot heartbeat, register
         or change ISRs as broker 2 (PERMISSION_DENIED)."""
-        peer = authenticated_broker_id(context)
+        peer = authenticated_broker_id()
         if peer is not None and broker_id >= 0 and peer != broker_id:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"broker {peer}'s credential cannot act as broker {broker_id}")
@@ -122,10 +124,12 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
 OPEN_METHODS = frozenset({"/tidelog.v1.ControllerService/DescribeQuorum"})
 
 
-def peer_auth_interceptor(secret: str | None) -> PeerAuthInterceptor:
-    """The controller listener's gate: every RPC but DescribeQuorum needs a broker credential
+def peer_auth_interceptor(secret: str | None, *, tls: bool) -> PeerAuthInterceptor:
+    """The controller listener's gate: every RPC but DescribeQuorum needs a broker credential,
+    checked against the cluster secret, and with ``tls`` a certificate naming that broker
     (brokers forward clients' admin requests, so clients never call controllers directly)."""
-    return PeerAuthInterceptor(secret, listener="the controller listener",
+    verifier = RootVerifier(secret, audience=CONTROLLERS) if secret is not None else None
+    return PeerAuthInterceptor(verifier, listener="the controller listener", tls=tls,
                                open_methods=OPEN_METHODS)
 
 

@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidelog.cluster_secret import is_loopback, read_secret_file
+from tidelog.cluster_secret import (
+    BrokerCredential,
+    broker_credential,
+    is_loopback,
+    read_broker_credential_file,
+    read_secret_file,
+)
 from tidelog.errors import InvalidConfigError
 from tidelog.scram import MECHANISMS as SCRAM_MECHANISMS
 from tidelog.tls import CLIENT_AUTH, REQUESTED_UNAVAILABLE, TlsFiles
@@ -85,7 +91,9 @@ class ControllerConfig:
         "raft_port); brokers use it to find controllers too",
         default_factory=tuple,
     )
-    listen_host: str = _doc("address the ControllerService gRPC port binds to", "127.0.0.1")
+    listen_host: str = _doc(
+        "address the ControllerService gRPC port binds to; non-loopback needs cluster_secret_file "
+        "and [tls] (brokers' credentials must not travel in clear)", "127.0.0.1")
     raft_listen_host: str = _doc(
         "address the Raft port binds to; empty = listen_host. Keep it on a private network: a "
         "wildcard (0.0.0.0, ::) or any non-loopback address needs cluster_secret_file",
@@ -141,12 +149,13 @@ class BrokerConfig:
         "host other brokers reach this broker's inter-broker listener at; empty = host", "")
     inter_broker_listen_host: str = _doc(
         "address the inter-broker listener (ReplicaService: follower fetches) binds to; "
-        "non-loopback needs cluster_secret_file",
+        "non-loopback needs broker_credential_file (or, combined, cluster_secret_file) and "
+        "[tls]",
         "127.0.0.1",
     )
     inter_broker_port: int = _doc(
         "inter-broker listener port: ReplicaService, answered only to brokers that present "
-        "their cluster-secret credential",
+        "their credential (and, with [tls], a certificate naming their id)",
         9095,
     )
     rack: str = _doc("rack label used to spread replicas; empty = none", "")
@@ -197,8 +206,10 @@ class TlsConfig:
         "the client listener's client certificates: none or required (Kafka's "
         "ssl.client.auth)", "none")
     client_listener: str = _doc(
-        "tls or plaintext: plaintext leaves the client listener unencrypted, allowed only when "
-        "broker.listen_host is loopback (development)", "tls")
+        "tls or plaintext: plaintext leaves the client listener unencrypted (clients untrusted "
+        "and anonymous unless they could authenticate otherwise: SCRAM needs tls) while the "
+        "peer listeners keep TLS, as Kafka's PLAINTEXT client listener beside an SSL "
+        "inter-broker one", "tls")
 
     @property
     def enabled(self) -> bool:
@@ -254,9 +265,17 @@ class NodeConfig:
         "expected cluster id; empty = take it from the formatted data dir", ""
     )
     cluster_secret_file: str = _doc(
-        "file holding the cluster secret (one line, mode 0600; `tidelog storage random-secret` "
-        "makes one): brokers and controllers prove who they are to each other with keys "
-        "derived from it. Empty = none, allowed only when every listener binds loopback",
+        "controllers (and combined nodes) only: the file holding the cluster secret (one line, "
+        "mode 0600; `tidelog storage random-secret` makes one), the root of every broker's "
+        "credential and of the Raft key. A broker-only node never holds it (refused): it gets "
+        "broker_credential_file. Empty = none, allowed only when every listener binds loopback",
+        "",
+    )
+    broker_credential_file: str = _doc(
+        "broker-only nodes: the file holding this broker's own credential (mode 0600; `tidelog "
+        "storage broker-credential` makes it from the cluster secret), which it presents to the "
+        "controllers and to other brokers. Empty = none, allowed only when every listener binds "
+        "loopback",
         "",
     )
     log_level: str = _doc("DEBUG, INFO, WARNING or ERROR", "INFO")
@@ -286,10 +305,27 @@ class NodeConfig:
         return self.broker.inter_broker_host or self.broker.host
 
     def cluster_secret(self) -> str | None:
-        """The cluster secret from ``cluster_secret_file`` (read now), or None when unset."""
+        """The cluster secret from ``cluster_secret_file`` (read now), or None when unset
+        (always on a broker-only node: validation refuses the key there)."""
         if not self.cluster_secret_file:
             return None
         return read_secret_file(self.cluster_secret_file)
+
+    def broker_credential(self) -> BrokerCredential | None:
+        """This broker's credential (read now): from ``broker_credential_file`` on a
+        broker-only node, derived from the cluster secret on a combined one; None without, and
+        on a controller-only node."""
+        if not self.is_broker:
+            return None
+        if self.broker_credential_file:
+            return read_broker_credential_file(self.broker_credential_file,
+                                               broker_id=self.node_id)
+        secret = self.cluster_secret()
+        return broker_credential(secret, self.node_id) if secret is not None else None
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.cluster_secret_file or self.broker_credential_file)
 
     def listen_hosts(self) -> dict[str, str]:
         """Every peer-facing or client-facing listener of this node: name -> bind host."""
@@ -414,16 +450,51 @@ def _validate(cfg: NodeConfig) -> NodeConfig:
             "listener of its own, never to clients")
     _validate_tls(cfg)
     _validate_sasl(cfg)
-    if cfg.cluster_secret_file:
-        cfg.cluster_secret()  # unreadable, too open or too short: one line now, not at first use
-    else:
+    _validate_credentials(cfg)
+    return cfg
+
+
+def _validate_credentials(cfg: NodeConfig) -> None:
+    """The root secret on controllers only, a broker's own credential on a broker-only node,
+    and a credential sent in clear only on loopback (docs/security.md, "Who is a broker")."""
+    if cfg.cluster_secret_file and not cfg.is_controller:
+        raise InvalidConfigError(
+            f"cluster_secret_file is set on broker-only node {cfg.node_id}: the cluster secret is "
+            f"the root of every broker's credential and of the Raft key and stays on the "
+            f"controllers. Give this broker its own credential instead: `tidelog storage "
+            f"broker-credential --secret-file {cfg.cluster_secret_file} --broker-id "
+            f"{cfg.node_id} --out FILE`, then broker_credential_file = FILE")
+    if cfg.broker_credential_file and cfg.is_controller:
+        raise InvalidConfigError(
+            "broker_credential_file is for broker-only nodes: a controller (or combined node) "
+            "holds cluster_secret_file and derives its broker credential from it")
+    cfg.cluster_secret()  # unreadable, too open, not a secret: one line now, not at first use
+    cfg.broker_credential()
+    if not cfg.has_credentials:
         exposed = {k: h for k, h in cfg.listen_hosts().items() if not is_loopback(h)}
         if exposed:
             key, host = next(iter(exposed.items()))
+            needs = ("cluster_secret_file (make one with `tidelog storage random-secret --out "
+                     "FILE`)") if cfg.is_controller else (
+                "broker_credential_file (`tidelog storage broker-credential`)")
+            raise InvalidConfigError(f"{key} = {host!r} is not loopback, so this node needs "
+                                     f"{needs}")
+    if not cfg.tls.enabled:
+        # A credential in gRPC metadata is a bearer token: in clear, one capture replays it.
+        # The Raft port is not listed: its handshake is a challenge-response and every frame
+        # is MAC'd under a per-connection key, so a capture replays nothing.
+        clear = {k: h for k, h in cfg.listen_hosts().items()
+                 if k in _PEER_LISTENERS and not is_loopback(h)}
+        if clear:
+            key, host = next(iter(clear.items()))
             raise InvalidConfigError(
-                f"{key} = {host!r} is not loopback, so this node needs cluster_secret_file "
-                f"(make one with `tidelog storage random-secret > FILE; chmod 600 FILE`)")
-    return cfg
+                f"{key} = {host!r} is not loopback and [tls] is not set: the broker credentials "
+                f"this listener checks would travel in clear, and anyone who captures one can "
+                f"replay it. Set [tls] (tidelog security init), or bind it to loopback")
+
+
+#: The listeners where brokers present their credentials (gRPC metadata).
+_PEER_LISTENERS = ("controller.listen_host", "broker.inter_broker_listen_host")
 
 
 def _validate_tls(cfg: NodeConfig) -> None:
@@ -443,11 +514,9 @@ def _validate_tls(cfg: NodeConfig) -> None:
         raise InvalidConfigError(f"tls.{missing[0]} is empty: TLS needs ca_file, cert_file and "
                                  f"key_file (tidelog security init makes them)")
     tls.files().check("tls")  # unreadable, not PEM, a key others can read: one line now
-    if cfg.is_broker and tls.client_listener == "plaintext" and \
-            not is_loopback(cfg.broker.listen_host):
-        raise InvalidConfigError(
-            f"tls.client_listener = \"plaintext\" is allowed only on loopback, and "
-            f"broker.listen_host is {cfg.broker.listen_host!r}")
+    # A plaintext client listener is allowed anywhere, as it is without [tls]: since the peer
+    # listeners need TLS off loopback, this is how a cluster keeps plaintext clients (Kafka's
+    # PLAINTEXT client listener beside an SSL inter-broker one). SCRAM still needs TLS there.
 
 
 def _validate_sasl(cfg: NodeConfig) -> None:

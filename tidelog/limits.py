@@ -80,6 +80,30 @@ PARTITIONS_PER_CREATE_REQUEST_MAX = 10_000
 #: partitions at replication factor 3 take ~0.45 MiB.
 METADATA_BATCH_BYTES_MAX = 1024 * 1024
 
+# --- what the peer listeners read (issue 25) --------------------------------------------------
+#: AlterPartition items one leader sends at once (broker/alter_partition.py; the rest next).
+ALTER_PARTITION_ITEMS_MAX = 2_000
+#: Bytes of one AlterPartition item at its largest: a topic id, three int32s and an ISR of
+#: REPLICATION_FACTOR_MAX members with their broker epochs, every integer at its longest
+#: varint (tests/unit/test_peer_listener_limits.py builds it: 604 bytes).
+ALTER_PARTITION_ITEM_BYTES_MAX = 640
+#: The controller listener's largest request (grpc.max_receive_message_length there): its
+#: callers are brokers, whose heartbeats, registrations and metadata streams are small, whose
+#: AlterPartitions are bounded above, and who forward admin requests. A forwarded request that
+#: could succeed is about the size of its records, at most one metadata batch; a larger one
+#: would be refused with POLICY_VIOLATION anyway, and the broker refuses it so before sending.
+CONTROLLER_REQUEST_BYTES_MAX = 4 * METADATA_BATCH_BYTES_MAX
+#: Bytes one partition adds to a follower's fetch request at most, listed (with its own topic
+#: entry, every integer at its longest varint: 88 bytes) and forgotten (32 bytes): measured in
+#: tests/unit/test_peer_listener_limits.py.
+REPLICA_FETCH_LISTED_PARTITION_BYTES_MAX = 96
+REPLICA_FETCH_FORGOTTEN_PARTITION_BYTES_MAX = 32
+
+#: The inter-broker listener's largest request (grpc.max_receive_message_length there): a
+#: follower's fetch lists at most PARTITIONS_PER_REQUEST_MAX partitions, and may forget up to
+#: its whole session (PARTITIONS_PER_FETCH_SESSION_MAX) at once; plus 1 MiB for the rest.
+INTER_BROKER_REQUEST_BYTES_MAX = 48 * 1024 * 1024
+
 # --- consumer groups (broker/group) ----------------------------------------------------------
 #: Members of one consumer group (Kafka's group.consumer.max.size, which defaults to no bound);
 #: a join past it gets GROUP_MAX_SIZE_REACHED.
@@ -139,4 +163,15 @@ check(
 check(
     PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX,
     "a create request's partitions must fit a request's",
+)
+check(
+    ALTER_PARTITION_ITEMS_MAX * ALTER_PARTITION_ITEM_BYTES_MAX < CONTROLLER_REQUEST_BYTES_MAX
+    and METADATA_BATCH_BYTES_MAX < CONTROLLER_REQUEST_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX,
+    "the controller listener must take any AlterPartition and any request that could commit",
+)
+check(
+    PARTITIONS_PER_REQUEST_MAX * REPLICA_FETCH_LISTED_PARTITION_BYTES_MAX
+    + PARTITIONS_PER_FETCH_SESSION_MAX * REPLICA_FETCH_FORGOTTEN_PARTITION_BYTES_MAX
+    + 1024 * 1024 <= INTER_BROKER_REQUEST_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX,
+    "the inter-broker listener must take a follower's largest fetch request",
 )

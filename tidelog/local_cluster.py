@@ -30,13 +30,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidelog.cluster_secret import generate_secret, write_secret_file
+from tidelog.cluster_secret import (
+    broker_credential,
+    generate_secret,
+    node_certificate_name,
+    read_secret_file,
+    write_broker_credential_file,
+    write_secret_file,
+)
 from tidelog.data_dir import format_data_dir
 
 __all__ = ["LocalCluster", "NodeSpec", "free_ports"]
 
 STATE_FILE = "cluster.json"
-#: The cluster secret, beside the state file (mode 0600); every node's config points at it.
+#: The cluster secret, beside the state file (mode 0600): the controllers' configs point at it;
+#: each broker-only node gets its own credential made from it (``<name>.credential``).
 SECRET_FILE = "cluster.secret"
 HOST = "127.0.0.1"
 #: Bounds of waits, so a broken node fails a test or a CLI call instead of hanging it.
@@ -163,6 +171,7 @@ class LocalCluster:
         write_secret_file(cluster.secret_path, generate_secret())
         for spec in _layout(controllers=controllers, brokers=brokers, combined=combined):
             cluster.nodes[spec.name] = spec
+        cluster.write_credentials()
         if tls:
             cluster.make_tls()
         for spec in cluster.nodes.values():
@@ -194,6 +203,19 @@ class LocalCluster:
     def secret_path(self) -> Path:
         return self.base_dir / SECRET_FILE
 
+    def credential_path(self, name: str) -> Path:
+        """A broker-only node's own credential (its config's broker_credential_file)."""
+        return self.base_dir / f"{name}.credential"
+
+    def write_credentials(self) -> None:
+        """Each broker-only node's credential, made from the cluster secret (which only the
+        controllers' configs name: a broker holds nothing that gives another's)."""
+        secret = read_secret_file(self.secret_path)
+        for spec in self.nodes.values():
+            if spec.is_broker and not spec.is_controller:
+                write_broker_credential_file(self.credential_path(spec.name),
+                                             broker_credential(secret, spec.node_id))
+
     def config_path(self, name: str) -> Path:
         return self.base_dir / f"{name}.toml"
 
@@ -203,26 +225,38 @@ class LocalCluster:
     def log_path(self, name: str) -> Path:
         return self.base_dir / f"{name}.log"
 
-    def make_tls(self) -> Path:
+    def make_tls(self, *, client_tls: bool = True) -> Path:
         """TLS for every node (``tidelog cluster up --tls``): a CA and a certificate per node
-        in ``<dir>/pki`` (for 127.0.0.1 and localhost), an ``admin`` client certificate, the
-        ``[tls]`` override (configs must be written after), and ``<dir>/profile.toml`` for the
-        CLI; returns the profile's path."""
+        in ``<dir>/pki`` (with the CA's key, for issuing more with ``tidelog security init``;
+        each node's for its host, 127.0.0.1 and localhost; common name ``broker-<id>``
+        or ``controller-<id>``, which the peer listeners check against the id a broker
+        claims), an ``admin`` client certificate, the ``[tls]`` override (configs must be
+        written after), and ``<dir>/profile.toml`` for the CLI; returns the profile's path.
+        Without ``client_tls`` the client listener stays plaintext (chaos's netns mode, whose
+        clients speak plaintext) and only the peer listeners run TLS."""
         from tidelog.certs import issue, make_ca
-        from tidelog.cluster_secret import write_secret_file
         from tidelog.scram import MECHANISMS as SCRAM_MECHANISMS
 
         pki = self.base_dir / "pki"
         pki.mkdir(exist_ok=True)
         ca = make_ca(f"Tidelog local CA {self.cluster_id[:8]}")
         (pki / "ca.crt").write_bytes(ca.cert_pem)
-        for name in [*self.nodes, "admin"]:
-            cert = issue(ca, name, hosts=(HOST, "localhost"))
-            (pki / f"{name}.crt").write_bytes(cert.cert_pem)
-            write_secret_file(pki / f"{name}.key", cert.key_pem.decode().strip())
-        self.overrides["tls"] = {"ca_file": str(pki / "ca.crt"),
+        # Kept (0600) so that `tidelog security init --out <dir>/pki --client NAME` issues more
+        # certificates from it: one machine holds every node here anyway.
+        write_secret_file(pki / "ca.key", ca.key_pem.decode().strip())
+        for spec in self.nodes.values():
+            hosts = tuple(dict.fromkeys((spec.host, HOST, "localhost")))
+            self._write_certificate(pki, spec.name, issue(
+                ca, node_certificate_name(spec.node_id, spec.roles), hosts=hosts))
+        self._write_certificate(pki, "admin", issue(ca, "admin"))
+        # Other [tls] keys given (client_auth) are kept; the files are these.
+        self.overrides["tls"] = {**self.overrides.get("tls", {}), "ca_file": str(pki / "ca.crt"),
                                  "cert_file": f"{pki}/{{name}}.crt",
                                  "key_file": f"{pki}/{{name}}.key"}
+        if not client_tls:
+            self.overrides["tls"]["client_listener"] = "plaintext"
+            self.overrides.pop("sasl", None)
+            return pki / "ca.crt"
         # SCRAM users too (tidelog user create): a TLS cluster takes both kinds of client.
         self.overrides["sasl"] = {"enabled_mechanisms": list(SCRAM_MECHANISMS)}
         profile = self.base_dir / "profile.toml"
@@ -232,11 +266,19 @@ class LocalCluster:
                            f'ssl_keyfile = "{pki / "admin.key"}"\n')
         return profile
 
+    @staticmethod
+    def _write_certificate(pki: Path, name: str, issued: Any) -> None:
+        (pki / f"{name}.crt").write_bytes(issued.cert_pem)
+        write_secret_file(pki / f"{name}.key", issued.key_pem.decode().strip())
+
     def render_config(self, spec: NodeSpec) -> str:
-        """The node's TOML config."""
+        """The node's TOML config: a controller (or combined node) names the cluster secret, a
+        broker-only node its own credential."""
+        secret = (f'cluster_secret_file = "{self.secret_path}"' if spec.is_controller
+                  else f'broker_credential_file = "{self.credential_path(spec.name)}"')
         lines = [f"node_id = {spec.node_id}", f'data_dir = "{self.data_dir(spec.name)}"',
                  f"roles = {json.dumps(spec.roles)}", f'cluster_id = "{self.cluster_id}"',
-                 f'cluster_secret_file = "{self.secret_path}"', ""]
+                 secret, ""]
         # An override may replace a default key (chaos/ moves raft_listen_host): TOML refuses
         # a key given twice.
         controller = {"listen_host": spec.host, "raft_listen_host": spec.host}
@@ -276,6 +318,21 @@ class LocalCluster:
     @property
     def controller_addresses(self) -> list[str]:
         return [f"{c.host}:{c.controller_port}" for c in self.controllers()]
+
+    def peer_channel(self, address: str) -> Any:
+        """A blocking gRPC channel to a node's controller or inter-broker listener as a tool
+        dials it (DescribeQuorum): plaintext, or, on a TLS cluster, mutual TLS with the
+        ``admin`` certificate, which those listeners want (a certificate of the CA)."""
+        import grpc
+
+        if "tls" not in self.overrides:
+            return grpc.insecure_channel(address)
+        pki = self.base_dir / "pki"
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=(pki / "ca.crt").read_bytes(),
+            private_key=(pki / "admin.key").read_bytes(),
+            certificate_chain=(pki / "admin.crt").read_bytes())
+        return grpc.secure_channel(address, credentials)
 
     def is_running(self, name: str) -> bool:
         pid = self.nodes[name].pid

@@ -7,10 +7,12 @@ roles in order (a broker's controlled shutdown first, once brokers exist) and ex
 Listeners, each bound exactly where the config says (DESIGN §11): a broker's client listener
 (BrokerService) and inter-broker listener (ReplicaService), a controller's listener
 (ControllerService), and metrics. The inter-broker and controller listeners carry
-tidelog.peer_auth's interceptor: only brokers with a credential derived from the cluster secret
-get through (DescribeQuorum excepted). Every gRPC server has a concurrent-RPC limit from
-tidelog.limits (past it gRPC answers RESOURCE_EXHAUSTED, retriable). A listener that cannot bind
-stops the node with one line naming its config keys.
+tidelog.peer_auth's interceptor: only brokers with their own credential (and, with [tls], a
+certificate naming their id) get through (DescribeQuorum excepted), refused before their
+request is read. Every gRPC server has a concurrent-RPC limit from tidelog.limits (past it gRPC
+answers RESOURCE_EXHAUSTED, retriable), and the peer listeners a message limit sized for what
+brokers send them (``CONTROLLER_REQUEST_BYTES_MAX``, ``INTER_BROKER_REQUEST_BYTES_MAX``). A
+listener that cannot bind stops the node with one line naming its config keys.
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ from tidelog.tls import server_credentials
 
 log = logging.getLogger("tidelog.node")
 
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.so_reuseport", 0),
-]
+def grpc_options(receive_bytes_max: int) -> list[tuple[str, int]]:
+    """A server's options: answers up to GRPC_MESSAGE_BYTES_MAX (fetch answers carry records),
+    requests up to ``receive_bytes_max`` (gRPC refuses a larger one with RESOURCE_EXHAUSTED
+    from its length prefix, before reading it)."""
+    return [("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.max_receive_message_length", receive_bytes_max),
+            ("grpc.so_reuseport", 0)]
+
+
 #: Time in-flight RPCs get to finish when the node stops.
 GRACE_S = 2.0
 
@@ -105,9 +111,10 @@ async def _start_controller(config: NodeConfig, cluster_id: str, registry: Colle
     runtime = ControllerRuntime(config, cluster_id=cluster_id,
                                 metrics=ControllerMetrics(registry))
     stack.append(("controller", runtime.stop))
-    secret = _secret(config, "the controller listener")
+    _warn_if_open(runtime.secret is None, "the controller listener")
     server = _server(limits.CONTROLLER_LISTENER_CONCURRENT_RPCS_MAX,
-                     [peer_auth_interceptor(secret)])
+                     limits.CONTROLLER_REQUEST_BYTES_MAX,
+                     [peer_auth_interceptor(runtime.secret, tls=config.tls.enabled)])
     add_to_server(server, runtime)
     voter = config.voter()
     address = _bind(server, config.controller.listen_host, voter.port,
@@ -133,17 +140,19 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
 
     b = config.broker
     runtime = BrokerRuntime(config, cluster_id=cluster_id, registry=registry)
-    server = _server(limits.CLIENT_LISTENER_CONCURRENT_RPCS_MAX,
+    server = _server(limits.CLIENT_LISTENER_CONCURRENT_RPCS_MAX, limits.GRPC_MESSAGE_BYTES_MAX,
                      [AuthenticationInterceptor(runtime.authn)] if runtime.authn.active else [])
     add_to_server(server, runtime)
     client_tls = config.tls.enabled and config.tls.client_listener == "tls"
     address = _bind(server, b.listen_host, b.port, "broker.listen_host", "broker.port",
                     server_credentials(config.tls.files(), client_auth=config.tls.client_auth,
                                        where="the client listener") if client_tls else None)
-    secret = _secret(config, "the inter-broker listener")
+    verifier = runtime.peer_verifier()
+    _warn_if_open(verifier is None, "the inter-broker listener")
     replica_server = _server(
-        limits.INTER_BROKER_LISTENER_CONCURRENT_RPCS_MAX,
-        [PeerAuthInterceptor(secret, listener="the inter-broker listener")])
+        limits.INTER_BROKER_LISTENER_CONCURRENT_RPCS_MAX, limits.INTER_BROKER_REQUEST_BYTES_MAX,
+        [PeerAuthInterceptor(verifier, listener="the inter-broker listener",
+                             tls=config.tls.enabled)])
     add_replica_service(replica_server, runtime)
     replica_address = _bind(replica_server, b.inter_broker_listen_host, b.inter_broker_port,
                             "broker.inter_broker_listen_host", "broker.inter_broker_port",
@@ -161,10 +170,11 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
     return runtime
 
 
-def _server(concurrent_rpcs_max: int, interceptors: list[Any]) -> grpc.aio.Server:
+def _server(concurrent_rpcs_max: int, receive_bytes_max: int,
+            interceptors: list[Any]) -> grpc.aio.Server:
     # The decode guard goes first so that it wraps what the others return (a peer-auth
     # refusal has no deserializer and stays as it is).
-    return grpc.aio.server(options=GRPC_OPTIONS,
+    return grpc.aio.server(options=grpc_options(receive_bytes_max),
                            interceptors=[DecodeGuardInterceptor(), *interceptors],
                            maximum_concurrent_rpcs=concurrent_rpcs_max)
 
@@ -192,14 +202,13 @@ def _bind(server: grpc.aio.Server, host: str, port: int, host_key: str, port_key
     return address
 
 
-def _secret(config: NodeConfig, listener: str) -> str | None:
-    """The cluster secret, or None (then anyone who reaches ``listener`` may use it: config
-    validation allows that only when every listener binds loopback)."""
-    secret = config.cluster_secret()
-    if secret is None:
-        log.warning("%s is unauthenticated: no cluster_secret_file is set (fine for a "
-                    "loopback-only development node, never on a network)", listener)
-    return secret
+def _warn_if_open(unauthenticated: bool, listener: str) -> None:
+    """Without a secret anyone who reaches ``listener`` may use it: config validation allows
+    that only when every listener binds loopback."""
+    if unauthenticated:
+        log.warning("%s is unauthenticated: no cluster_secret_file or broker_credential_file "
+                    "is set (fine for a loopback-only development node, never on a network)",
+                    listener)
 
 
 def _first_reason(checks: list[Readiness]) -> str | None:

@@ -2,93 +2,223 @@
 
 A broker sends two gRPC metadata entries on every call to the inter-broker listener
 (ReplicaService) and to the controllers (ControllerService): :data:`PEER_ID_METADATA` = its
-broker id and :data:`PEER_AUTH_METADATA` = ``broker_credential(secret, id)``, a key derived from
-the cluster secret for that id (tidelog.cluster_secret). Clients never have the secret, so they
-cannot make one, and one broker's credential does not work for another id.
+broker id and :data:`PEER_AUTH_METADATA` = its credential as presented to that audience
+(tidelog.cluster_secret.BrokerCredential: one key for the controllers, another for brokers).
 
-Servers check it in :class:`PeerAuthInterceptor`, a grpc.aio server interceptor, before the
-handler runs: a call without a valid credential gets the status UNAUTHENTICATED with a message
-naming what is missing or wrong, and its request bytes are never deserialised (the refusing
-handler has no deserializer). Handlers then compare the authenticated id with the broker id the
-request names (:func:`authenticated_broker_id`): broker 101 cannot fetch or heartbeat as 102.
+Servers check it in :class:`PeerAuthInterceptor`, a grpc.aio server interceptor:
 
-Without a cluster secret (a development node whose listeners all bind loopback; tidelog.config
-refuses anything else) the interceptor lets every call through; the node logs that once at
-start. Methods listed as ``open_methods`` (ControllerService.DescribeQuorum, which the CLI's
-``cluster quorum`` calls) need no credential.
+* **Once, from one value.** A call that repeats either key is refused: the identity is parsed
+  once, checked once, and that one value is what the handler sees (:func:`authenticated_broker_id`
+  reads it from a context variable the interceptor's wrapper sets), never the metadata again.
+  (Issue 25: the check read the last ``tidelog-peer-id`` and the handlers the first, so broker
+  101's credential with ``[id=102, id=101]`` acted as broker 102.)
+* **Before the request is read.** A call without a valid credential is answered
+  UNAUTHENTICATED by a streaming-request handler that never reads the request: gRPC reads a
+  unary request whole before its handler runs, so a refused 100 MiB request would have cost
+  the server 100 MiB and more. An accepted call is served through a streaming-request wrapper
+  too, which checks the TLS certificate (below) before it reads the one request message.
+* **Credential.** The controllers check it against the cluster secret they hold
+  (:class:`RootVerifier`); a broker-only node, which holds only its own credential, against the
+  verifier the caller's registration carries in its metadata image (:class:`RegisteredVerifier`).
+* **Certificate.** With ``[tls]``, the caller's certificate must name the broker id it claims:
+  common name ``broker-<id>``, and subject alternative names (a node certificate lists the
+  addresses it is dialled at; a user's client certificate has none). So a broker's
+  certificate for another id, or a user's certificate of the same CA, is refused even with a
+  valid credential, and a credential captured or learnt (a leader sees its followers' keys on
+  every fetch) does not make its holder another broker.
 
-Client side: :func:`peer_metadata` for explicit ``metadata=`` arguments (the fetcher's hot path),
-:func:`peer_interceptors` for every call of an aio channel (the controller client), and
-:func:`peer_channel` for a blocking channel (tools and tests).
+Handlers then compare the authenticated id with the broker id the request names: broker 101
+cannot fetch or heartbeat as 102 (PERMISSION_DENIED).
+
+Without any secret (a development node whose listeners all bind loopback; tidelog.config refuses
+anything else) the interceptor lets every call through; the node logs that once at start.
+Methods listed as ``open_methods`` (ControllerService.DescribeQuorum, which the CLI's ``cluster
+quorum`` calls) need no credential.
+
+Client side: :func:`peer_metadata` for explicit ``metadata=`` arguments (the fetcher's hot path)
+and :func:`peer_interceptors` for every call of an aio channel (the controller client).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+import contextvars
+import hmac
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 
 from tidelog.cluster_secret import (
     PEER_AUTH_METADATA,
     PEER_ID_METADATA,
+    BrokerCredential,
+    broker_certificate_name,
     broker_credential,
-    verify_broker_credential,
+    credential_verifier,
 )
+from tidelog.rpc_guard import checked_before_read, refusing_handler
 
 __all__ = [
     "PeerAuthInterceptor",
+    "PeerVerifier",
+    "RegisteredVerifier",
+    "RootVerifier",
     "authenticated_broker_id",
-    "peer_channel",
+    "certificate_problem",
+    "parse_claim",
     "peer_interceptors",
     "peer_metadata",
 ]
 
-log = logging.getLogger("tidelog.peer_auth")
-
 Metadata = tuple[tuple[str, str], ...]
 #: A broker id in metadata longer than this is not a broker id (bounds the parsing work).
 _PEER_ID_CHARS_MAX = 11
+#: A credential is 64 hex characters; anything much longer is not one (bounds the hashing).
+_CREDENTIAL_CHARS_MAX = 128
+
+#: The broker id the interceptor authenticated for the call being handled (None: no secret,
+#: nothing was authenticated). Set in the call's own task by the wrapped handler.
+_AUTHENTICATED: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "tidelog_peer_broker_id", default=None)
 
 
-def peer_metadata(secret: str | None, broker_id: int) -> Metadata:
-    """The metadata broker ``broker_id`` sends on every peer call (the id alone without a
-    secret: development clusters, where nothing checks it)."""
-    if secret is None:
+def peer_metadata(broker_id: int, credential: BrokerCredential | None, *,
+                  audience: str) -> Metadata:
+    """The metadata broker ``broker_id`` sends on every call to ``audience`` (the id alone
+    without a credential: development clusters, where nothing checks it)."""
+    if credential is None:
         return ((PEER_ID_METADATA, str(broker_id)),)
+    if credential.broker_id != broker_id:
+        raise ValueError(f"broker {credential.broker_id}'s credential is not broker {broker_id}'s")
     return ((PEER_ID_METADATA, str(broker_id)),
-            (PEER_AUTH_METADATA, broker_credential(secret, broker_id)))
+            (PEER_AUTH_METADATA, credential.presented_to(audience)))
 
 
-def authenticated_broker_id(context: Any) -> int | None:
-    """The broker id the caller proved (the interceptor let the call through), or None when
-    it sent none (only possible on a node without a secret)."""
-    for key, value in context.invocation_metadata() or ():
+def authenticated_broker_id() -> int | None:
+    """The broker id the caller of the call being handled proved (the one the interceptor
+    checked), or None on a listener without a secret, where nothing is authenticated."""
+    return _AUTHENTICATED.get()
+
+
+# ----------------------------------------------------------------------------- the pure checks
+@dataclass(frozen=True)
+class Claim:
+    """Who a call says it is: one broker id and one credential, each given exactly once."""
+
+    broker_id: int
+    credential: str
+
+
+def parse_claim(metadata: Sequence[tuple[str, Any]] | None) -> Claim | str:
+    """The call's claim, or what is wrong with it (a repeated key, a missing one, a malformed
+    id)."""
+    ids: list[Any] = []
+    credentials: list[Any] = []
+    for key, value in metadata or ():
         if key == PEER_ID_METADATA:
-            return _parse_id(value)
-    return None
+            ids.append(value)
+        elif key == PEER_AUTH_METADATA:
+            credentials.append(value)
+    for key, values in ((PEER_ID_METADATA, ids), (PEER_AUTH_METADATA, credentials)):
+        if len(values) > 1:
+            return f"the call repeats {key} ({len(values)} values): one identity per call"
+    if not ids:
+        return (f"no {PEER_ID_METADATA} metadata: only brokers of this cluster may call this "
+                f"listener")
+    broker_id = _parse_id(ids[0])
+    if broker_id is None:
+        return f"{PEER_ID_METADATA} {str(ids[0])[:20]!r} is not a broker id"
+    credential = credentials[0] if credentials else None
+    if not isinstance(credential, str) or not 0 < len(credential) <= _CREDENTIAL_CHARS_MAX:
+        return f"no {PEER_AUTH_METADATA} credential for broker {broker_id}"
+    return Claim(broker_id, credential)
 
 
 def _parse_id(value: Any) -> int | None:
-    if not isinstance(value, str) or not 0 < len(value) <= _PEER_ID_CHARS_MAX:
+    if not isinstance(value, str) or not 0 < len(value) <= _PEER_ID_CHARS_MAX \
+            or not value.isascii() or not value.isdigit():
         return None
-    try:
-        broker_id = int(value)
-    except ValueError:
-        return None
-    return broker_id if broker_id >= 0 else None
+    return int(value)
 
 
-class PeerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses (UNAUTHENTICATED) every call but ``open_methods`` that lacks a valid broker
-    credential; with ``secret`` None, refuses nothing. ``listener`` names the server in the
-    refusal ("the inter-broker listener")."""
+def certificate_problem(auth_context: Mapping[str, Sequence[bytes]],
+                        broker_id: int) -> str | None:
+    """What is wrong with the caller's TLS certificate as broker ``broker_id``'s (see the
+    module doc), or None when it names that broker."""
+    expected = broker_certificate_name(broker_id)
+    if auth_context.get("transport_security_type") != [b"ssl"]:
+        return "the call did not come over TLS"
+    names = [n.decode(errors="replace") for n in auth_context.get("x509_common_name", ())]
+    if names != [expected]:
+        shown = ", ".join(repr(n) for n in names) or "no common name"
+        return (f"the TLS certificate names {shown}, not {expected!r}: broker {broker_id}'s "
+                f"certificate must be issued for {expected} (tidelog security init --node "
+                f"{expected}=<its addresses>)")
+    if not auth_context.get("x509_subject_alternative_name"):
+        return (f"the TLS certificate for {expected!r} lists no addresses (a user's client "
+                f"certificate?): a node's certificate names the addresses it is dialled at")
+    return None
 
-    def __init__(self, secret: str | None, *, listener: str,
-                 open_methods: frozenset[str] = frozenset()) -> None:
+
+class PeerVerifier(Protocol):
+    """Checks a claimed broker id's credential."""
+
+    def problem(self, claim: Claim) -> str | None:
+        """What is wrong with ``claim``'s credential, or None when it is that broker's."""
+        ...
+
+
+class RootVerifier:
+    """Checks credentials against the cluster secret (controllers, combined nodes): the key
+    broker ``id`` presents to ``audience`` is recomputed."""
+
+    def __init__(self, secret: str, *, audience: str) -> None:
         self._secret = secret
+        self._audience = audience
+
+    def problem(self, claim: Claim) -> str | None:
+        expected = broker_credential(self._secret, claim.broker_id).presented_to(self._audience)
+        if not hmac.compare_digest(expected.encode(), claim.credential.encode()):
+            return (f"the {PEER_AUTH_METADATA} credential is not broker {claim.broker_id}'s "
+                    f"(another cluster's, another broker's, or not a broker)")
+        return None
+
+
+class RegisteredVerifier:
+    """Checks inter-broker credentials against the verifier each broker's registration
+    carries (``verifier_of``: from this broker's metadata image): a broker-only node holds no
+    other broker's credential, only these one-way images of them."""
+
+    def __init__(self, verifier_of: Callable[[int], bytes | None]) -> None:
+        self._verifier_of = verifier_of
+
+    def problem(self, claim: Claim) -> str | None:
+        verifier = self._verifier_of(claim.broker_id)
+        if verifier is None:
+            return (f"broker {claim.broker_id} is not registered in this broker's metadata "
+                    f"(yet), so its credential cannot be checked")
+        if not verifier:
+            return (f"broker {claim.broker_id}'s registration carries no credential verifier "
+                    f"(its controllers have no cluster secret, or ran a version without them)")
+        if not hmac.compare_digest(verifier, credential_verifier(claim.credential)):
+            return (f"the {PEER_AUTH_METADATA} credential is not broker {claim.broker_id}'s "
+                    f"(another cluster's, another broker's, or not a broker)")
+        return None
+
+
+# ----------------------------------------------------------------------------- the interceptor
+class PeerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses (UNAUTHENTICATED, before the request is read) every call but ``open_methods``
+    that lacks a valid broker credential, or, with ``tls``, a certificate naming the claimed
+    broker; hands the one authenticated id to the handler. With ``verifier`` None, refuses
+    nothing. ``listener`` names the server in the refusal ("the inter-broker listener")."""
+
+    def __init__(self, verifier: PeerVerifier | None, *, listener: str, tls: bool,
+                 open_methods: frozenset[str] = frozenset()) -> None:
+        self._verifier = verifier
         self._listener = listener
+        self._tls = tls
         self._open_methods = open_methods
 
     async def intercept_service(
@@ -97,57 +227,30 @@ class PeerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if (handler is None or self._secret is None
+        if (handler is None or self._verifier is None
                 or handler_call_details.method in self._open_methods):
             return handler
-        problem = self.problem(handler_call_details.invocation_metadata)
-        if problem is None:
-            return handler
-        return _refusing_handler(handler, f"{self._listener}: {problem}")
+        claim = parse_claim(handler_call_details.invocation_metadata)
+        problem = claim if isinstance(claim, str) else self._verifier.problem(claim)
+        if problem is not None:
+            # Refused before the request is read (tidelog.rpc_guard says why it matters).
+            return refusing_handler(handler, grpc.StatusCode.UNAUTHENTICATED,
+                                    f"{self._listener}: {problem}")
+        assert isinstance(claim, Claim)
+        return checked_before_read(handler, self._guard(claim.broker_id))
 
-    def problem(self, metadata: Sequence[tuple[str, Any]] | None) -> str | None:
-        """What is wrong with the caller's credential, or None when it is valid."""
-        assert self._secret is not None
-        values = dict(metadata or ())
-        raw_id = values.get(PEER_ID_METADATA)
-        if raw_id is None:
-            return (f"no {PEER_ID_METADATA} metadata: only brokers of this cluster may call "
-                    f"this listener")
-        broker_id = _parse_id(raw_id)
-        if broker_id is None:
-            return f"{PEER_ID_METADATA} {str(raw_id)[:20]!r} is not a broker id"
-        credential = values.get(PEER_AUTH_METADATA)
-        if not isinstance(credential, str) or not credential:
-            return f"no {PEER_AUTH_METADATA} credential for broker {broker_id}"
-        if not verify_broker_credential(self._secret, broker_id, credential):
-            return (f"the {PEER_AUTH_METADATA} credential is not broker {broker_id}'s "
-                    f"(another cluster's secret, or not a broker)")
-        return None
+    def _guard(self, broker_id: int) -> Callable[[Any], Awaitable[None]]:
+        async def guard(context: Any) -> None:
+            if self._tls:
+                problem = certificate_problem(context.auth_context(), broker_id)
+                if problem is not None:
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                        f"{self._listener}: {problem}")
+            _AUTHENTICATED.set(broker_id)  # in the call's own task: what its handler reads
+        return guard
 
 
-def _refusing_handler(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that aborts with UNAUTHENTICATED; it has no
-    request deserializer, so the refused request is never parsed."""
-
-    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-    async def refuse_stream(request: Any,
-                            context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        yield  # pragma: no cover - abort raises; this makes it an async generator
-
-    serializer = handler.response_serializer
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(refuse, response_serializer=serializer)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(refuse_stream,
-                                                    response_serializer=serializer)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=serializer)
-    return grpc.stream_stream_rpc_method_handler(refuse_stream, response_serializer=serializer)
-
-
+# ------------------------------------------------------------------------------ client side
 class _AddMetadata:
     def __init__(self, metadata: Metadata) -> None:
         self._metadata = metadata
@@ -174,41 +277,3 @@ def peer_interceptors(metadata: Metadata) -> list[Any]:
     aio channel (``grpc.aio.insecure_channel(..., interceptors=...)``). Two objects: grpc.aio
     files an interceptor under the first call kind it implements only."""
     return [_UnaryUnaryMetadata(metadata), _UnaryStreamMetadata(metadata)]
-
-
-class _BlockingPeerMetadata(grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
-                            grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    def __init__(self, metadata: Metadata) -> None:
-        self._metadata = metadata
-
-    def _details(self, details: Any) -> Any:
-        return _Details(details.method, details.timeout,
-                        [*(details.metadata or ()), *self._metadata], details.credentials,
-                        details.wait_for_ready, details.compression)
-
-    def intercept_unary_unary(self, continuation: Any, client_call_details: Any,
-                              request: Any) -> Any:
-        return continuation(self._details(client_call_details), request)
-
-    def intercept_unary_stream(self, continuation: Any, client_call_details: Any,
-                               request: Any) -> Any:
-        return continuation(self._details(client_call_details), request)
-
-
-class _Details(grpc.ClientCallDetails):  # type: ignore[misc]
-    def __init__(self, method: str, timeout: float | None, metadata: Any, credentials: Any,
-                 wait_for_ready: bool | None, compression: Any) -> None:
-        self.method = method
-        self.timeout = timeout
-        self.metadata = metadata
-        self.credentials = credentials
-        self.wait_for_ready = wait_for_ready
-        self.compression = compression
-
-
-def peer_channel(address: str, secret: str | None, broker_id: int) -> grpc.Channel:
-    """A blocking channel to ``address`` whose unary calls carry broker ``broker_id``'s
-    credential (tools and tests that talk to controllers as a broker would)."""
-    channel = grpc.insecure_channel(address)
-    return grpc.intercept_channel(channel, _BlockingPeerMetadata(peer_metadata(secret,
-                                                                               broker_id)))

@@ -40,7 +40,7 @@ def active_controller(cluster: LocalCluster, *, timeout_s: float = DESCRIBE_TIME
     for spec in cluster.controllers():
         if not cluster.is_running(spec.name):
             continue
-        with grpc.insecure_channel(f"{spec.host}:{spec.controller_port}") as channel:
+        with cluster.peer_channel(f"{spec.host}:{spec.controller_port}") as channel:
             stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
             try:
                 answer = stub.DescribeQuorum(controller_pb2.DescribeQuorumRequest(),

@@ -4,7 +4,8 @@ netem; the same Fault protocol (chaos/nemesis/fault.py) and shapes as the proxy 
 :class:`NetnsNetwork` places each node of a :class:`~tidelog.local_cluster.LocalCluster` in its
 namespace of a :class:`~chaos.netns.plan.NetnsPlan` (nothing of the cluster may run yet): the
 node listens on its namespace's address (every listener: client, inter-broker, controller,
-Raft, metrics; the cluster secret is what lets them leave loopback) and starts with ``ip netns
+Raft, metrics; the cluster secret and TLS on the peer listeners are what let them leave
+loopback) and starts with ``ip netns
 exec <namespace>`` in front of its command (``NodeSpec.host``/``netns``). Its links are the
 proxy mode's, so the planner (chaos/nemesis/plan.py) plans the same partitions and the faults
 name the same ``source>target`` targets.
@@ -64,6 +65,10 @@ class NetnsNetwork:
         for name, spec in self.cluster.nodes.items():
             spec.host = self.plan.address(name)
             spec.netns = self.plan.namespace(name)
+        # Off loopback, the controller and inter-broker listeners need TLS (brokers' credentials
+        # must not travel in clear: tidelog.config); the certificates name the namespaces'
+        # addresses. The client listener stays plaintext: the workloads' clients speak it.
+        self.cluster.make_tls(client_tls=False)
         # Only now: each config names every controller's address (the voters).
         for name, spec in self.cluster.nodes.items():
             self.cluster.config_path(name).write_text(self.cluster.render_config(spec))

@@ -40,7 +40,7 @@ state (BrokerHeartbeatTracker); only decisions become records.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
@@ -103,8 +103,12 @@ class ClusterControlManager:
         cluster_id: str,
         heartbeats: BrokerHeartbeatTracker,
         replication: ReplicationControlManager,
+        credential_verifier: Callable[[int], bytes] = lambda broker_id: b"",
     ) -> None:
         self._cluster_id = cluster_id
+        # A broker's credential verifier for its registration record (the runtime derives it
+        # from the cluster secret, which this pure module never sees).
+        self._credential_verifier = credential_verifier
         self._heartbeats = heartbeats
         self._replication = replication
         # Brokers whose leadership changes did not fit in one batch: a re-registered (fenced)
@@ -176,6 +180,7 @@ class ClusterControlManager:
         records = [metadata_record(metadata_pb2.RegisterBrokerRecord(
             broker_id=request.broker_id, incarnation_id=request.incarnation_id,
             broker_epoch=broker_epoch, endpoint=request.endpoint, rack=request.rack, fenced=True,
+            credential_verifier=self._credential_verifier(request.broker_id),
         ))]
         if request.HasField("inter_broker_endpoint"):
             records[0].register_broker.inter_broker_endpoint.CopyFrom(

@@ -3,11 +3,15 @@
 * compose.yml, parsed with PyYAML and interpolated as compose does: images are the project's
   Dockerfile or pinned public ones, named volumes and secrets are declared, bind mounts exist,
   tidelog nodes have health checks, controlled-shutdown time and one published port (brokers),
-  and each node's environment renders a node.toml tidelog.config accepts, whose voters are the
-  controller services. Prometheus' scrape config names those services.
+  each node mounts only its own secrets (the cluster secret on controllers only, a broker its
+  own credential, each node its certificate), which make-secrets.sh (run for real) writes, and
+  each node's environment renders a node.toml tidelog.config accepts (TLS on the peer
+  listeners), whose voters are the controller services. Prometheus' scrape config names those
+  services.
 * The Dockerfile: base image, non-root user, health check, stop signal, ports, entrypoint.
-* entrypoint.sh, run for real with a stand-in ``tidelog`` on PATH: the secret's private copy,
-  the order of the steps and that the node is exec'd (same pid).
+* entrypoint.sh, run for real with a stand-in ``tidelog`` on PATH: the private copies (a
+  controller's cluster secret, a broker's credential, the TLS key), the order of the steps and
+  that the node is exec'd (same pid).
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tidelog.cluster_secret import generate_secret, read_secret_file, write_secret_file
+from tidelog.certs import issue, make_ca
+from tidelog.cluster_secret import (
+    broker_credential,
+    generate_secret,
+    node_certificate_name,
+    read_secret_file,
+    write_broker_credential_file,
+    write_secret_file,
+)
 from tidelog.config import NodeConfig, parse_config
 from tidelog.deploy.container import ENV_VARIABLES, node_config_from_env
 from tidelog.errors import InvalidConfigError
@@ -156,16 +168,65 @@ def test_prometheus_scrapes_every_node_by_service_name() -> None:
         assert sorted(jobs[job]) == sorted(expected)
 
 
-def test_the_secret_is_declared_and_kept_out_of_git() -> None:
-    assert COMPOSE["secrets"] == {"cluster_secret": {"file": "./cluster.secret"}}
+def mounted(service: dict[str, Any]) -> dict[str, str]:
+    """A service's secrets: the name it sees in /run/secrets -> the file compose reads."""
+    return {m["target"]: COMPOSE["secrets"][m["source"]]["file"] for m in service["secrets"]}
+
+
+def test_each_node_mounts_only_its_own_secrets_kept_out_of_git() -> None:
+    """The cluster secret to the controllers only; to each broker its own credential; to each
+    node its own certificate and key (named as the peer listeners check them) and the CA."""
     for name, service in NODES.items():
-        assert service["secrets"] == ["cluster_secret"], name
-        path = service["environment"]["TIDELOG_CLUSTER_SECRET_FILE"]
-        assert path == "/run/secrets/cluster_secret"
-    assert "cluster.secret" in (DOCKER / ".gitignore").read_text().split()
+        env = service["environment"]
+        node_id = int(env["TIDELOG_NODE_ID"])
+        files = mounted(service)
+        common = {"ca.crt": "./secrets/pki/ca.crt"}
+        if name in CONTROLLERS:
+            common |= {"cluster.secret": "./secrets/cluster.secret",
+                       "node.crt": f"./secrets/pki/controller-{node_id}.crt",
+                       "node.key": f"./secrets/pki/controller-{node_id}.key"}
+            assert env["TIDELOG_CLUSTER_SECRET_FILE"] == "/run/secrets/cluster.secret"
+        else:
+            common |= {"broker.credential": f"./secrets/broker-{node_id}.credential",
+                       "node.crt": f"./secrets/pki/broker-{node_id}.crt",
+                       "node.key": f"./secrets/pki/broker-{node_id}.key"}
+            assert env["TIDELOG_BROKER_CREDENTIAL_FILE"] == "/run/secrets/broker.credential"
+            assert "TIDELOG_CLUSTER_SECRET_FILE" not in env
+        assert files == common, name
+        for key, target in (("TIDELOG_TLS_CA_FILE", "ca.crt"), ("TIDELOG_TLS_CERT_FILE",
+                                                                "node.crt"),
+                            ("TIDELOG_TLS_KEY_FILE", "node.key")):
+            assert env[key] == f"/run/secrets/{target}", (name, key)
+    assert "secrets/" in (DOCKER / ".gitignore").read_text().split()
     readme = (DOCKER / "README.md").read_text()
-    assert "tidelog storage random-secret --out deploy/docker/cluster.secret" in readme
-    assert f"sudo chown {UID} deploy/docker/cluster.secret" in readme
+    assert "deploy/docker/make-secrets.sh" in readme
+    assert f"sudo chown -R {UID} deploy/docker/secrets" in readme
+
+
+def test_make_secrets_writes_what_compose_mounts(tmp_path: Path) -> None:
+    """make-secrets.sh, run for real (the venv's tidelog on PATH) in a copy of deploy/docker."""
+    import shutil
+    import sys
+
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    shutil.copy(DOCKER / "make-secrets.sh", docker)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(["sh", str(docker / "make-secrets.sh")], env=env, text=True,
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for file in COMPOSE["secrets"].values():
+        path = docker / file["file"]
+        assert path.is_file(), file
+    assert not (docker / "secrets/pki/ca.key").exists()
+    for service in NODES.values():
+        files = {t: docker / f for t, f in mounted(service).items()}
+        if "broker.credential" in files:
+            assert "broker_id = " + service["environment"]["TIDELOG_NODE_ID"] in \
+                files["broker.credential"].read_text()
+    again = subprocess.run(["sh", str(docker / "make-secrets.sh")], env=env, text=True,
+                           capture_output=True, timeout=120)
+    assert again.returncode == 1 and "exists" in again.stderr
 
 
 def seconds(duration: str) -> int:
@@ -209,16 +270,37 @@ def test_only_client_ports_are_published_on_loopback() -> None:
 
 @pytest.fixture(scope="module")
 def secret_file(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("compose") / "cluster.secret"
-    write_secret_file(path, generate_secret())
-    return str(path)
+    """The cluster secret, each broker's credential and a CA with the nodes' certificates, in
+    one directory, as make-secrets.sh lays them out under secrets/."""
+    base = tmp_path_factory.mktemp("compose")
+    root = generate_secret()
+    write_secret_file(base / "cluster.secret", root)
+    ca = make_ca()
+    (base / "ca.crt").write_bytes(ca.cert_pem)
+    for name, service in NODES.items():
+        node_id = int(service["environment"]["TIDELOG_NODE_ID"])
+        issued = issue(ca, node_certificate_name(node_id, [
+            service["environment"]["TIDELOG_ROLE"]]), hosts=(name,))
+        (base / f"{name}.crt").write_bytes(issued.cert_pem)
+        write_secret_file(base / f"{name}.key", issued.key_pem.decode().strip())
+        if name in BROKERS:
+            write_broker_credential_file(base / f"{name}.credential",
+                                         broker_credential(root, node_id))
+    return str(base / "cluster.secret")
 
 
 def node_configs(secret_file: str) -> dict[str, NodeConfig]:
+    base = Path(secret_file).parent
     configs = {}
     for name, service in NODES.items():
         env = {k: str(v) for k, v in service["environment"].items()}
-        env["TIDELOG_CLUSTER_SECRET_FILE"] = secret_file  # the entrypoint's private copy
+        # The entrypoint's private copies, and the mounted certificates.
+        secret = "TIDELOG_CLUSTER_SECRET_FILE" if name in CONTROLLERS \
+            else "TIDELOG_BROKER_CREDENTIAL_FILE"
+        env[secret] = secret_file if name in CONTROLLERS else str(base / f"{name}.credential")
+        env |= {"TIDELOG_TLS_CA_FILE": str(base / "ca.crt"),
+                "TIDELOG_TLS_CERT_FILE": str(base / f"{name}.crt"),
+                "TIDELOG_TLS_KEY_FILE": str(base / f"{name}.key")}
         configs[name] = parse_config(node_config_from_env(env, service["hostname"]))
     return configs
 
@@ -233,9 +315,11 @@ def test_every_node_gets_a_config_tidelog_accepts(secret_file: str) -> None:
         assert cfg.cluster_id == SHELL_ENV["TIDELOG_CLUSTER_ID"]
         # The voters are the controller services, reached by service name.
         assert {v.id: v.host for v in cfg.controller.voters} == controller_ids, name
+        assert cfg.tls.enabled, name  # the peer listeners bind 0.0.0.0: mutual TLS
         if name in BROKERS:
             assert cfg.broker.inter_broker_host == name  # replication by service name
             assert cfg.broker.listen_host == cfg.broker.inter_broker_listen_host == "0.0.0.0"
+            assert cfg.cluster_secret() is None and cfg.tls.client_listener == "plaintext"
     ports = [configs[b].broker.port for b in BROKERS]
     assert len(set(ports)) == len(ports)  # one published port each
 
@@ -301,8 +385,10 @@ def test_the_entrypoint_script() -> None:
 # ------------------------------------------------------------------ entrypoint.sh, run
 
 FAKE_TIDELOG = """#!/bin/sh
-# Records each call: its pid, the secret file it was told about, its arguments.
-echo "$$|$TIDELOG_CLUSTER_SECRET_FILE|$*" >> "$CALLS"
+# Records each call: its pid, the secret file it was told about, its arguments, and the
+# broker credential and TLS key files it was told about.
+echo "$$|${TIDELOG_CLUSTER_SECRET_FILE:-}|$*|${TIDELOG_BROKER_CREDENTIAL_FILE:-}|\
+${TIDELOG_TLS_KEY_FILE:-}" >> "$CALLS"
 if [ "$1 $2" = "deploy container-config" ]; then echo "node_id = 1" > "$4"; fi
 """
 
@@ -362,4 +448,23 @@ def test_the_entrypoint_refuses_a_secret_it_cannot_read(tmp_path: Path) -> None:
 def test_with_arguments_the_image_runs_the_cli(tmp_path: Path) -> None:
     result, pid, calls = run_entrypoint(tmp_path, {}, "storage", "random-uuid")
     assert result.returncode == 0, result.stderr
-    assert calls == [[str(pid), "", "storage random-uuid"]]
+    assert calls == [[str(pid), "", "storage random-uuid", "", ""]]
+
+
+def test_a_brokers_entrypoint_copies_its_credential_and_key_never_the_secret(
+        tmp_path: Path) -> None:
+    credential, key = tmp_path / "broker.credential", tmp_path / "node.key"
+    for path in (credential, key):
+        path.write_text("mounted\n")
+        path.chmod(0o440)
+    runtime = tmp_path / "run"
+    env = {"TIDELOG_ROLE": "broker", "TIDELOG_BROKER_CREDENTIAL_FILE": str(credential),
+           "TIDELOG_TLS_KEY_FILE": str(key), "TIDELOG_RUNTIME_DIR": str(runtime),
+           "TIDELOG_CLUSTER_ID": "c1d"}
+    result, _, calls = run_entrypoint(tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    assert {(c[1], c[3], c[4]) for c in calls} == {
+        ("", str(runtime / "broker.credential"), str(runtime / "tls.key"))}
+    for copy in ("broker.credential", "tls.key"):
+        assert stat.S_IMODE((runtime / copy).stat().st_mode) == 0o600
+    assert not (runtime / "cluster.secret").exists()

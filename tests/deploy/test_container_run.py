@@ -1,10 +1,13 @@
 """A controller and a broker started the way the image starts them, on 127.0.0.1.
 
 Each node runs deploy/docker/entrypoint.sh with a TIDELOG_* environment, as a container would
-(no container runtime here): the entrypoint copies the "mounted" secret (group-readable, as
-Kubernetes mounts it) to a 0600 file, renders node.toml with node_config_from_env, formats the
-data dir with ``tidelog storage format`` and execs ``tidelog server``: the real ``tidelog``
-console script of this venv, first on PATH. Both nodes must answer /readyz 200, then stop on
+(no container runtime here): the entrypoint copies the "mounted" secret (the controller's
+cluster secret, the broker's own credential) and TLS key (group-readable, as Kubernetes mounts
+them) to 0600 files, renders node.toml with node_config_from_env, formats the data dir with
+``tidelog storage format`` and execs ``tidelog server``: the real ``tidelog`` console script
+of this venv, first on PATH. The peer listeners run mutual TLS with certificates named as the
+listeners check them (broker-101); the broker never sees the cluster secret. Both nodes must
+answer /readyz 200 (the broker registered through TLS with its credential), then stop on
 SIGTERM with exit 0. A second start on the same data dirs (formatted already) must come up too.
 """
 
@@ -21,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.cluster_secret import generate_secret
+from tidelog.certs import issue, make_ca
+from tidelog.cluster_secret import broker_credential, broker_credential_text, generate_secret
 from tidelog.local_cluster import free_ports
 
 pytestmark = pytest.mark.integration
@@ -40,8 +44,11 @@ def start(name: str, base: Path, env: dict[str, str]) -> subprocess.Popen[bytes]
                    "PYTHONUNBUFFERED": "1",
                    "TIDELOG_RUNTIME_DIR": str(base / name / "run"),
                    "TIDELOG_DATA_DIR": str(base / name / "volume" / "data"),
-                   "TIDELOG_CLUSTER_SECRET_FILE": str(base / "mounted" / "cluster.secret"),
                    "TIDELOG_CLUSTER_ID": CLUSTER_ID, "TIDELOG_LISTEN_HOST": "127.0.0.1",
+                   "TIDELOG_TLS_CA_FILE": str(base / "mounted" / "ca.crt"),
+                   "TIDELOG_TLS_CERT_FILE": str(base / "mounted" / f"{name}.crt"),
+                   "TIDELOG_TLS_KEY_FILE": str(base / "mounted" / f"{name}.key"),
+                   "TIDELOG_TLS_CLIENT_LISTENER": "plaintext",
                    **env}
     log = open(base / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
     try:
@@ -94,19 +101,35 @@ def stop(base: Path, name: str, proc: subprocess.Popen[bytes]) -> int:
         pytest.fail(f"{name} did not stop on SIGTERM:\n{log_tail(base, name)}")
 
 
+def mount(path: Path, data: bytes) -> None:
+    """As Kubernetes mounts a Secret with an fsGroup: tidelog itself would refuse the file."""
+    path.write_bytes(data)
+    path.chmod(0o440)
+
+
 def test_a_controller_and_a_broker_run_from_the_entrypoint(tmp_path: Path) -> None:
-    (tmp_path / "mounted").mkdir()
-    secret = tmp_path / "mounted" / "cluster.secret"
-    secret.write_text(generate_secret() + "\n")
-    secret.chmod(0o440)  # as Kubernetes mounts it: tidelog itself would refuse this file
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    root = generate_secret()
+    mount(mounted / "cluster.secret", root.encode() + b"\n")
+    mount(mounted / "broker.credential",
+          broker_credential_text(broker_credential(root, 101)).encode())
+    ca = make_ca()
+    (mounted / "ca.crt").write_bytes(ca.cert_pem)
+    for name, common_name in (("controller", "controller-1"), ("broker", "broker-101")):
+        issued = issue(ca, common_name, hosts=("127.0.0.1",))
+        (mounted / f"{name}.crt").write_bytes(issued.cert_pem)
+        mount(mounted / f"{name}.key", issued.key_pem)
     controller_port, raft_port, controller_metrics, client_port, inter_broker_port, \
         broker_metrics = free_ports(6)
     voters = f"1@127.0.0.1:{controller_port}:{raft_port}"
     envs = {
         "controller": ({"TIDELOG_ROLE": "controller", "TIDELOG_NODE_ID": "1",
+                        "TIDELOG_CLUSTER_SECRET_FILE": str(mounted / "cluster.secret"),
                         "TIDELOG_CONTROLLER_VOTERS": voters,
                         "TIDELOG_METRICS_PORT": str(controller_metrics)}, controller_metrics),
         "broker": ({"TIDELOG_ROLE": "broker", "TIDELOG_NODE_ID": "101",
+                    "TIDELOG_BROKER_CREDENTIAL_FILE": str(mounted / "broker.credential"),
                     "TIDELOG_CONTROLLER_VOTERS": voters, "TIDELOG_ADVERTISED_HOST": "127.0.0.1",
                     "TIDELOG_CLIENT_PORT": str(client_port),
                     "TIDELOG_INTER_BROKER_PORT": str(inter_broker_port),
@@ -122,7 +145,11 @@ def test_a_controller_and_a_broker_run_from_the_entrypoint(tmp_path: Path) -> No
                      for name in ("broker", "controller") if nodes[name][0].poll() is None}
         assert codes == {"broker": 0, "controller": 0}, (
             attempt, codes, log_tail(tmp_path, "broker"), log_tail(tmp_path, "controller"))
-    for name in envs:
+    for name, secret in (("controller", "cluster.secret"), ("broker", "broker.credential")):
         meta = (tmp_path / name / "volume" / "data" / "meta.properties").read_text()
         assert f"cluster.id={CLUSTER_ID}" in meta
-        assert (tmp_path / name / "run" / "cluster.secret").stat().st_mode & 0o077 == 0
+        run = tmp_path / name / "run"
+        assert (run / secret).stat().st_mode & 0o077 == 0
+        assert (run / "tls.key").stat().st_mode & 0o077 == 0
+    assert not (tmp_path / "broker" / "run" / "cluster.secret").exists()
+    assert root not in (tmp_path / "broker" / "run" / "node.toml").read_text()

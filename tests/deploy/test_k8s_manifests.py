@@ -6,14 +6,21 @@
   match the StatefulSets' pod labels, each StatefulSet's serviceName is a headless Service,
   named ports exist, the ConfigMap exists and the Secret is documented, probes ask /readyz and
   /healthz on the metrics port the node is configured with.
+* Each pod's init container, its script run for real (the venv's tidelog on PATH, its mounts
+  in a temporary directory), issues the pod's certificate (named broker-<id> or
+  controller-<id> for the names it is dialled at) and a broker's own credential; the node
+  containers mount neither the CA key nor, on brokers, the cluster secret.
 * The pods' environment, resolved as the kubelet would (ConfigMap, downward API, $(VAR)
-  expansion), gives every pod a node.toml that tidelog.config accepts, with the node ids, the
-  voters and the advertised names the design says.
+  expansion), with those files gives every pod a node.toml that tidelog.config accepts, with
+  the node ids, the voters and the advertised names the design says.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +29,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tidelog.cluster_secret import generate_secret, write_secret_file
+from tidelog.certs import make_ca
+from tidelog.cluster_secret import broker_credential, generate_secret, write_secret_file
 from tidelog.config import NodeConfig, parse_config
 from tidelog.deploy.container import ENV_VARIABLES, node_config_from_env
 
@@ -184,12 +192,13 @@ def test_the_configmap_referenced_exists_with_the_keys_used() -> None:
 
 
 def test_the_secret_referenced_is_documented_with_its_keys() -> None:
-    """The Secret is made by kubectl (README.md), never a manifest: the README's command must
-    create every key the pods use."""
+    """The Secrets are made by kubectl (README.md), never a manifest: the README's commands
+    must create every key the pods use."""
     readme = (K8S / "README.md").read_text()
     refs = set(referenced("Secret"))
-    assert {name for name, _ in refs} == {"tidelog-cluster-secret"}
-    assert "kubectl -n <namespace> create secret generic tidelog-cluster-secret" in readme
+    assert {name for name, _ in refs} == {"tidelog-cluster-secret", "tidelog-ca"}
+    for name in ("tidelog-cluster-secret", "tidelog-ca"):
+        assert f"kubectl -n <namespace> create secret generic {name}" in readme
     for _, key in refs:
         assert key is not None
         assert f"--from-file={key}=" in readme or f"--from-literal={key}=" in readme
@@ -257,7 +266,8 @@ def test_volumes_are_where_the_node_and_the_entrypoint_expect_them() -> None:
         mounts = {m["name"]: m for m in container(sts)["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
         claims = {t["metadata"]["name"]: t for t in sts["spec"]["volumeClaimTemplates"]}
-        assert set(mounts) == set(volumes) | set(claims)
+        init_mounts = {m["name"] for m in init_container(sts)["volumeMounts"]}
+        assert set(mounts) | init_mounts == set(volumes) | set(claims)
         # The data dir inside the claim (a fresh file system's root has lost+found).
         data = mounts[next(iter(claims))]
         assert Path(env["TIDELOG_DATA_DIR"]).parent == Path(data["mountPath"])
@@ -267,6 +277,17 @@ def test_volumes_are_where_the_node_and_the_entrypoint_expect_them() -> None:
                    if m["mountPath"] == ENV_VARIABLES["TIDELOG_RUNTIME_DIR"][0]]
         assert len(runtime) == 1
         assert volumes[runtime[0]["name"]]["emptyDir"]["medium"] == "Memory"
+        # What the init container issued: the node container reads it from its mount.
+        issued = [m for m in mounts.values()
+                  if m["mountPath"] == str(Path(env["TIDELOG_TLS_CERT_FILE"]).parent)]
+        assert len(issued) == 1 and issued[0]["readOnly"] is True
+        assert volumes[issued[0]["name"]]["emptyDir"]["medium"] == "Memory"
+        assert "ca" not in mounts, "the CA key is the init container's only"
+        if env["TIDELOG_ROLE"] == "broker":
+            assert "cluster-secret" not in mounts, "a broker never mounts the cluster secret"
+            assert Path(env["TIDELOG_BROKER_CREDENTIAL_FILE"]).parent == Path(
+                issued[0]["mountPath"])
+            continue
         secret_path = Path(env["TIDELOG_CLUSTER_SECRET_FILE"])
         secret_mount = [m for m in mounts.values() if m["mountPath"] == str(secret_path.parent)]
         assert len(secret_mount) == 1 and secret_mount[0]["readOnly"] is True
@@ -315,21 +336,92 @@ def env_of(sts: dict[str, Any], ordinal: int) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def secret_file(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("k8s") / "cluster.secret"
-    write_secret_file(path, generate_secret())
-    return str(path)
+    """The Secrets' files: the cluster secret, and the CA (ca/) the init containers issue
+    from. Each pod's issued files go to issued-<pod>/ (:func:`issue`)."""
+    base = tmp_path_factory.mktemp("k8s")
+    write_secret_file(base / "cluster.secret", generate_secret())
+    ca = make_ca()
+    (base / "ca").mkdir()
+    (base / "ca" / "ca.crt").write_bytes(ca.cert_pem)
+    write_secret_file(base / "ca" / "ca.key", ca.key_pem.decode().strip())
+    for sts in statefulsets():
+        for ordinal in range(sts["spec"]["replicas"]):
+            issue(sts, ordinal, base)
+    return str(base / "cluster.secret")
+
+
+def init_container(sts: dict[str, Any]) -> dict[str, Any]:
+    [init] = sts["spec"]["template"]["spec"]["initContainers"]
+    return dict(init)
+
+
+def issue(sts: dict[str, Any], ordinal: int, base: Path) -> Path:
+    """Run pod ``ordinal``'s init container script, as the kubelet would expand it, with its
+    mounts in ``base``; returns the pod's issued directory."""
+    pod = f"{sts['metadata']['name']}-{ordinal}"
+    fields = {"metadata.name": pod, "metadata.namespace": NAMESPACE}
+    init = init_container(sts)
+    env: dict[str, str] = {}
+    for var in init["env"]:
+        if "value" in var:
+            env[var["name"]] = expand(var["value"], env)
+        elif "fieldRef" in var["valueFrom"]:
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            ref = var["valueFrom"]["configMapKeyRef"]
+            env[var["name"]] = named("ConfigMap", ref["name"])["data"][ref["key"]]
+    issued = base / f"issued-{pod}"
+    issued.mkdir()
+    env |= {"CA_DIR": str(base / "ca"), "ISSUED_DIR": str(issued),
+            "CLUSTER_SECRET": str(base / "cluster.secret"), "HOSTNAME": pod,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    script = expand(init["args"][0], env)
+    result = subprocess.run([*init["command"], script], env=env, text=True,
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, f"{pod}: {result.stderr}"
+    return issued
 
 
 def pod_configs(secret_file: str) -> dict[str, tuple[dict[str, Any], NodeConfig]]:
     """pod name -> (StatefulSet, the node config its entrypoint renders)."""
+    base = Path(secret_file).parent
     configs = {}
     for sts in statefulsets():
         for ordinal in range(sts["spec"]["replicas"]):
             pod = f"{sts['metadata']['name']}-{ordinal}"
-            # As the entrypoint does: the node reads its 0600 copy of the mounted secret.
-            env = {**env_of(sts, ordinal), "TIDELOG_CLUSTER_SECRET_FILE": secret_file}
+            env = env_of(sts, ordinal)
+            # As the pod sees them: its issued files, and a controller's mounted secret.
+            issued = str(base / f"issued-{pod}")
+            env = {k: v.replace("/etc/tidelog/issued", issued) for k, v in env.items()}
+            if env["TIDELOG_ROLE"] == "controller":
+                env["TIDELOG_CLUSTER_SECRET_FILE"] = secret_file
             configs[pod] = (sts, parse_config(node_config_from_env(env, pod)))
     return configs
+
+
+def test_each_pod_is_issued_its_own_certificate_and_a_broker_its_own_credential(
+        secret_file: str) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    root = Path(secret_file).read_text().strip()
+    for pod, (_, cfg) in pod_configs(secret_file).items():
+        issued = Path(secret_file).parent / f"issued-{pod}"
+        cert = x509.load_pem_x509_certificate((issued / "node.crt").read_bytes())
+        [name] = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = sans.get_values_for_type(x509.DNSName)
+        assert not (issued / "ca.key").exists(), pod
+        if cfg.is_broker:
+            assert name.value == f"broker-{cfg.node_id}"
+            assert cfg.broker.host in dns  # what other brokers (and clients) dial
+            assert cfg.broker_credential() == broker_credential(root, cfg.node_id)
+            assert cfg.cluster_secret() is None
+        else:
+            assert name.value == f"controller-{cfg.node_id}"
+            assert cfg.voter().host in dns  # what the others dial: Raft and brokers
+            assert not (issued / "broker.credential").exists()
+        assert cfg.tls.enabled and cfg.tls.client_listener == "plaintext"
 
 
 def test_every_pod_gets_a_config_tidelog_accepts(secret_file: str) -> None:

@@ -53,11 +53,12 @@ from typing import Any
 
 import grpc
 
+from tidelog.cluster_secret import broker_certificate_name
 from tidelog.config import VoterConfig
-from tidelog.local_cluster import HOST, LocalCluster, NodeSpec
+from tidelog.local_cluster import BROKER_ID_BASE, HOST, LocalCluster, NodeSpec
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 
-__all__ = ["ClusterHarness"]
+__all__ = ["ClusterHarness", "certificate_name"]
 
 #: Bounds of the harness's own waits.
 READY_TIMEOUT_S = 30.0
@@ -67,6 +68,16 @@ POLL_S = 0.05
 DESCRIBE_TIMEOUT_S = 1.0
 
 _OPEN: weakref.WeakSet[ClusterHarness] = weakref.WeakSet()
+
+
+def certificate_name(node_name: str) -> str:
+    """The common name a harness node's TLS certificate must have: a broker's names its broker
+    id (``broker-1`` is broker 101, so ``broker-101``), which the peer listeners check; other
+    names (controllers, users) are their own."""
+    kind, _, number = node_name.rpartition("-")
+    if kind == "broker" and number.isdigit():
+        return broker_certificate_name(BROKER_ID_BASE + int(number))
+    return node_name
 
 
 @atexit.register
@@ -101,11 +112,13 @@ class ClusterHarness:
         overrides: dict[str, dict[str, Any]] | None = None,
         cluster_id: str | None = None,
         env: dict[str, dict[str, str]] | None = None,
+        tls: bool = False,
     ) -> ClusterHarness:
         """Lay out a cluster (configs, formatted data dirs, ports); nothing runs yet.
-        ``env``: extra environment variables per node name (see :meth:`set_env`)."""
+        ``env``: extra environment variables per node name (see :meth:`set_env`). ``tls``: as
+        ``tidelog cluster up --tls`` (a CA and node certificates in ``<dir>/pki``)."""
         local = LocalCluster.create(base_dir, controllers=controllers, brokers=brokers,
-                                    cluster_id=cluster_id, overrides=overrides)
+                                    cluster_id=cluster_id, overrides=overrides, tls=tls)
         return cls(local, env)
 
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster_harness import ClusterHarness
+from cluster_harness import ClusterHarness, certificate_name
 
 from tidelog.acl import AclBinding
 from tidelog.certs import issue, make_ca
@@ -85,7 +85,7 @@ def make_pki(directory: Path) -> Path:
     ca = make_ca()
     (directory / "ca.crt").write_bytes(ca.cert_pem)
     for name in ("controller-1", "broker-1", "admin", "mallory", "nobody"):
-        cert = issue(ca, name, hosts=("127.0.0.1",))
+        cert = issue(ca, certificate_name(name), hosts=("127.0.0.1",))
         (directory / f"{name}.crt").write_bytes(cert.cert_pem)
         (directory / f"{name}.key").write_bytes(cert.key_pem)
         (directory / f"{name}.key").chmod(0o600)

@@ -31,7 +31,7 @@ from cluster_harness import ClusterHarness
 from broker.controller_client import ControllerClient
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.metadata_listener import MetadataListener, MetadataUpdate
-from tidelog.cluster_secret import read_secret_file
+from tidelog.cluster_secret import CONTROLLERS, broker_credential, read_secret_file
 from tidelog.errors import InconsistentClusterIdError
 from tidelog.metadata.delta import LocalPartition
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
@@ -74,7 +74,8 @@ def healthy(cluster: ClusterHarness) -> ClusterHarness:
 
 def _credential(cluster: ClusterHarness, broker_id: int) -> tuple[tuple[str, str], ...]:
     """What broker ``broker_id`` sends to the controllers: they refuse broker RPCs without it."""
-    return peer_metadata(read_secret_file(cluster.local.secret_path), broker_id)
+    credential = broker_credential(read_secret_file(cluster.local.secret_path), broker_id)
+    return peer_metadata(broker_id, credential, audience=CONTROLLERS)
 
 class Recorder:
     """A publisher that keeps every update (what the replica manager would act on)."""

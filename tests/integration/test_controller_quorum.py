@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tidelog.cluster_secret import read_secret_file
+from tidelog.cluster_secret import CONTROLLERS, broker_credential, read_secret_file
 from tidelog.local_cluster import LocalCluster
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
@@ -101,7 +101,9 @@ class _AsBroker:
         def call(request: Any, **kwargs: Any) -> Any:
             broker_id = max(getattr(request, "broker_id", 0), 0)
             return getattr(self._stub, method)(
-                request, metadata=peer_metadata(self._secret, broker_id), **kwargs)
+                request, metadata=peer_metadata(
+                    broker_id, broker_credential(self._secret, broker_id), audience=CONTROLLERS),
+                **kwargs)
         return call
 
 

@@ -65,7 +65,13 @@ from replica_checks import (
 
 import tidelog.v1
 from tidelog.client import Producer
-from tidelog.cluster_secret import PEER_AUTH_METADATA, PEER_ID_METADATA, broker_credential
+from tidelog.cluster_secret import (
+    BROKERS,
+    CONTROLLERS,
+    PEER_AUTH_METADATA,
+    PEER_ID_METADATA,
+    broker_credential,
+)
 from tidelog.local_cluster import HOST
 from tidelog.record_batch import decode_records, parse_batch
 from tidelog.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
@@ -412,20 +418,26 @@ class Fuzzer:
         for channel in self.channels.values():
             channel.close()
 
-    def credentials(self, draw: st.DrawFn) -> tuple[str, int, tuple[tuple[str, str], ...]]:
-        """(mode, the broker id it names, gRPC metadata)."""
+    def credentials(self, draw: st.DrawFn, target: Target
+                    ) -> tuple[str, int, tuple[tuple[str, str], ...]]:
+        """(mode, the broker id it names, gRPC metadata). A valid credential is the one a
+        broker presents to ``target``'s listener (the controllers and brokers get different
+        keys: tidelog.cluster_secret)."""
         mode = _pick(draw, ["valid", "valid", "none", "forged"])
         broker_id = _pick(draw, self.broker_ids)
+        audience = CONTROLLERS if target.listener == "controller" else BROKERS
+
+        def key(of: int) -> str:
+            return broker_credential(self.secret, of).presented_to(audience)
         if mode == "none":
             return mode, broker_id, ()
         if mode == "valid":
             return mode, broker_id, (
-                (PEER_ID_METADATA, str(broker_id)),
-                (PEER_AUTH_METADATA, broker_credential(self.secret, broker_id)))
+                (PEER_ID_METADATA, str(broker_id)), (PEER_AUTH_METADATA, key(broker_id)))
         other = draw(st.sampled_from([b for b in self.broker_ids if b != broker_id]))
         peer, auth = draw(st.sampled_from([
-            (str(broker_id), broker_credential(self.secret, other)),  # another broker's
-            (str(broker_id), "00" * 32), ("abc", broker_credential(self.secret, broker_id)),
+            (str(broker_id), key(other)),  # another broker's
+            (str(broker_id), "00" * 32), ("abc", key(broker_id)),
             ("-1", ""), (str(broker_id), "not-hex")]))
         return mode, broker_id, ((PEER_ID_METADATA, peer), (PEER_AUTH_METADATA, auth))
 
@@ -435,7 +447,7 @@ class Fuzzer:
         # Mostly what the port serves; the rest must be refused as unknown methods.
         anything = not served or _pick(draw, range(10)) == 9
         method = _pick(draw, self.methods if anything else served)
-        credential, peer, metadata = self.credentials(draw)
+        credential, peer, metadata = self.credentials(draw, target)
         pools = self.read_pools if method.name in READ_METHODS else self.write_pools
         # Ids in the request are often the credential's own, as a real broker's would be, so a
         # valid credential gets past the identity check into the handler.

@@ -32,6 +32,7 @@ from cluster_harness import ClusterHarness
 
 from controller import raft
 from tidelog.cluster_secret import (
+    CONTROLLERS,
     PEER_AUTH_METADATA,
     PEER_ID_METADATA,
     broker_credential,
@@ -141,8 +142,8 @@ def commit_index(cluster: ClusterHarness) -> int:
 def register_broker(cluster: ClusterHarness, broker_id: int) -> None:
     """A write through the active controller, with the broker credential a broker would send."""
     secret = read_secret_file(cluster.local.secret_path)
-    metadata = ((PEER_ID_METADATA, str(broker_id)),
-                (PEER_AUTH_METADATA, broker_credential(secret, broker_id)))
+    key = broker_credential(secret, broker_id).presented_to(CONTROLLERS)
+    metadata = ((PEER_ID_METADATA, str(broker_id)), (PEER_AUTH_METADATA, key))
     deadline = time.monotonic() + 20.0
     while time.monotonic() < deadline:
         for name in cluster.controller_names:

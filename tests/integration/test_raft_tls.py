@@ -32,6 +32,7 @@ from cluster_harness import ClusterHarness
 
 from controller import raft
 from tidelog.certs import Issued, issue, make_ca
+from tidelog.cluster_secret import CONTROLLERS as TO_CONTROLLERS
 from tidelog.cluster_secret import (
     PEER_AUTH_METADATA,
     PEER_ID_METADATA,
@@ -47,6 +48,8 @@ pytestmark = pytest.mark.integration
 HOST = "127.0.0.1"
 WAIT_S = 10.0
 CONTROLLERS = ("controller-1", "controller-2", "controller-3")
+#: The broker ids the tests register as (each with its own certificate, broker-<id>).
+BROKER_IDS = (101, 102)
 
 
 def write(pki: Path, name: str, issued: Issued) -> None:
@@ -64,6 +67,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in CONTROLLERS:
         write(pki, name, issue(ca, name, hosts=(HOST,)))
     write(pki, "admin", issue(ca, "admin"))  # a client user's certificate: no SANs
+    for broker_id in BROKER_IDS:  # what the test registers as (a broker's certificate names it)
+        write(pki, f"broker-{broker_id}", issue(ca, f"broker-{broker_id}", hosts=(HOST,)))
     write(pki, "rogue", issue(other_ca, "rogue", hosts=(HOST,)))
     return pki
 
@@ -84,12 +89,14 @@ def cluster(pki: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clu
 # ------------------------------------------------------------------------------- helpers
 
 
-def stub(cluster: ClusterHarness, pki: Path, name: str) -> tuple[grpc.Channel, Any]:
-    """The controller's gRPC service over mutual TLS (its listener wants a CA certificate)."""
+def stub(cluster: ClusterHarness, pki: Path, name: str,
+         as_who: str = "admin") -> tuple[grpc.Channel, Any]:
+    """The controller's gRPC service over mutual TLS (its listener wants a CA certificate; a
+    broker's calls, one naming that broker)."""
     credentials = grpc.ssl_channel_credentials(
         root_certificates=(pki / "ca.crt").read_bytes(),
-        private_key=(pki / "admin.key").read_bytes(),
-        certificate_chain=(pki / "admin.crt").read_bytes())
+        private_key=(pki / f"{as_who}.key").read_bytes(),
+        certificate_chain=(pki / f"{as_who}.crt").read_bytes())
     channel = grpc.secure_channel(f"{HOST}:{cluster.node(name).controller_port}", credentials)
     return channel, controller_pb2_grpc.ControllerServiceStub(channel)
 
@@ -119,12 +126,12 @@ def commit_index(cluster: ClusterHarness, pki: Path) -> int:
 def register_broker(cluster: ClusterHarness, pki: Path, broker_id: int) -> None:
     """A write through the active controller, with the credential a broker would send."""
     secret = read_secret_file(cluster.local.secret_path)
-    metadata = ((PEER_ID_METADATA, str(broker_id)),
-                (PEER_AUTH_METADATA, broker_credential(secret, broker_id)))
+    key = broker_credential(secret, broker_id).presented_to(TO_CONTROLLERS)
+    metadata = ((PEER_ID_METADATA, str(broker_id)), (PEER_AUTH_METADATA, key))
     deadline = time.monotonic() + 20.0
     while time.monotonic() < deadline:
         for name in CONTROLLERS:
-            channel, service = stub(cluster, pki, name)
+            channel, service = stub(cluster, pki, name, f"broker-{broker_id}")
             with channel:
                 try:
                     answer = service.RegisterBroker(

@@ -34,6 +34,7 @@ from cluster_harness import ClusterHarness
 from replica_checks import RPC_TIMEOUT_S, Client, all_running, records, wait_for
 
 from tidelog.cluster_secret import (
+    BROKERS,
     PEER_AUTH_METADATA,
     PEER_ID_METADATA,
     broker_credential,
@@ -78,6 +79,11 @@ def _secret(cluster: ClusterHarness) -> str:
     return read_secret_file(cluster.local.secret_path)
 
 
+def _key(secret: str, broker_id: int) -> str:
+    """What broker ``broker_id`` presents to another broker's inter-broker listener."""
+    return broker_credential(secret, broker_id).presented_to(BROKERS)
+
+
 def _replica_stub(port: int) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(f"{HOST}:{port}", options=[("grpc.enable_http_proxy", 0)])
     return channel, broker_pb2_grpc.ReplicaServiceStub(channel)
@@ -120,12 +126,12 @@ def test_replica_service_only_on_the_inter_broker_port_and_only_for_brokers(
         channels.append(channel)
         assert _status(inter, request) == grpc.StatusCode.UNAUTHENTICATED
         other_secret = ((PEER_ID_METADATA, str(b)),
-                        (PEER_AUTH_METADATA, broker_credential(generate_secret(), b)))
+                        (PEER_AUTH_METADATA, _key(generate_secret(), b)))
         assert _status(inter, request, other_secret) == grpc.StatusCode.UNAUTHENTICATED
         no_credential = ((PEER_ID_METADATA, str(b)),)
         assert _status(inter, request, no_credential) == grpc.StatusCode.UNAUTHENTICATED
         not_an_id = ((PEER_ID_METADATA, "x" * 5000),
-                     (PEER_AUTH_METADATA, broker_credential(secret, b)))
+                     (PEER_AUTH_METADATA, _key(secret, b)))
         assert _status(inter, request, not_an_id) == grpc.StatusCode.UNAUTHENTICATED
         try:
             inter.Fetch(request, timeout=RPC_TIMEOUT_S, metadata=no_credential)
@@ -133,7 +139,7 @@ def test_replica_service_only_on_the_inter_broker_port_and_only_for_brokers(
             assert PEER_AUTH_METADATA in (error.details() or ""), error.details()
 
         # Broker A's real credential cannot fetch as broker B.
-        as_a = ((PEER_ID_METADATA, str(a)), (PEER_AUTH_METADATA, broker_credential(secret, a)))
+        as_a = ((PEER_ID_METADATA, str(a)), (PEER_AUTH_METADATA, _key(secret, a)))
         assert _status(inter, request, as_a) == grpc.StatusCode.PERMISSION_DENIED
         # With its own id it gets through to the handler, which wants the exact broker epoch.
         own = _spoofed_fetch(client, "auth", a, 0)

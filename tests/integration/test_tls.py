@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_harness import ClusterHarness
+from cluster_harness import ClusterHarness, certificate_name
 
 from tidelog.certs import Issued, issue, make_ca
 from tidelog.client import Admin, Consumer, NewTopic, Producer, TopicPartition
@@ -50,7 +50,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (pki / "ca.key").write_bytes(ca.key_pem)
     (pki / "other-ca.crt").write_bytes(other_ca.cert_pem)
     for name in NODES:
-        write(pki, name, issue(other_ca if name == ROGUE else ca, name, hosts=("127.0.0.1",)))
+        write(pki, name, issue(other_ca if name == ROGUE else ca, certificate_name(name),
+                               hosts=("127.0.0.1",)))
     write(pki, "alice", issue(ca, "alice"))
     write(pki, "mallory", issue(other_ca, "mallory"))
     return pki
@@ -146,7 +147,7 @@ def test_a_renewed_certificate_is_served_without_a_restart(cluster: ClusterHarne
     port = cluster.node("broker-1").broker_port
     before = served_certificate(port, pki)
     ca = Issued((pki / "ca.key").read_bytes(), (pki / "ca.crt").read_bytes())
-    renewed = issue(ca, "broker-1", hosts=("127.0.0.1",))
+    renewed = issue(ca, certificate_name("broker-1"), hosts=("127.0.0.1",))
     time.sleep(0.05)  # a new mtime even on coarse clocks
     write(pki, "broker-1", renewed)
     after = served_certificate(port, pki)

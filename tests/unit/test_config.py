@@ -133,3 +133,85 @@ def test_the_inter_broker_port_is_not_the_client_port() -> None:
     text = BASE.replace('roles = ["controller"]', 'roles = ["broker"]')
     with pytest.raises(InvalidConfigError, match="inter_broker_port must differ"):
         parse_config(text + "\n[broker]\nport = 9095\ninter_broker_port = 9095")
+
+
+# ------------------------------------------------------------------ whose secret (issue 25)
+def _broker(extra: str = "") -> str:
+    return BASE.replace('roles = ["controller"]', f'roles = ["broker"]\nnode_id = 101{extra}') \
+        .replace("node_id = 1\n", "", 1)
+
+
+def _credential_file(tmp_path: Path, broker_id: int) -> Path:
+    from tidelog.cluster_secret import broker_credential, write_broker_credential_file
+
+    path = tmp_path / f"broker-{broker_id}.credential"
+    write_broker_credential_file(path, broker_credential(_secret_file(tmp_path).read_text()
+                                                         .strip(), broker_id))
+    return path
+
+
+def test_a_broker_only_node_refuses_the_cluster_secret_naming_the_command(
+        tmp_path: Path) -> None:
+    path = _secret_file(tmp_path)
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_config(_broker(f'\ncluster_secret_file = "{path}"'))
+    line = refused.value.message
+    assert "\n" not in line and "broker-only node 101" in line
+    assert f"tidelog storage broker-credential --secret-file {path} --broker-id 101" in line
+
+
+def test_a_broker_holds_its_own_credential_and_nothing_else(tmp_path: Path) -> None:
+    from tidelog.cluster_secret import broker_credential, read_secret_file
+
+    path = _credential_file(tmp_path, 101)
+    cfg = parse_config(_broker(f'\nbroker_credential_file = "{path}"'))
+    root = read_secret_file(tmp_path / "cluster.secret")
+    assert cfg.cluster_secret() is None
+    assert cfg.broker_credential() == broker_credential(root, 101)
+    assert root not in path.read_text()
+
+
+@pytest.mark.parametrize(("which", "message"), [
+    ("another broker's", "is broker 102's credential, and this is node 101"),
+    ("the cluster secret", "not a broker credential (it holds a cluster secret"),
+])
+def test_a_credential_file_of_another_kind_is_refused(tmp_path: Path, which: str,
+                                                      message: str) -> None:
+    path = _credential_file(tmp_path, 102) if which == "another broker's" \
+        else _secret_file(tmp_path)
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_config(_broker(f'\nbroker_credential_file = "{path}"'))
+    assert message in refused.value.message
+
+
+def test_a_controller_takes_no_broker_credential(tmp_path: Path) -> None:
+    path = _credential_file(tmp_path, 1)
+    with pytest.raises(InvalidConfigError, match="broker_credential_file is for broker-only"):
+        parse_config(BASE.replace('roles = ["controller"]',
+                                  f'roles = ["controller"]\nbroker_credential_file = "{path}"'))
+
+
+@pytest.mark.parametrize(("role", "table", "key"), [
+    ("controller", '[controller]\nlisten_host = "10.0.0.5"', "controller.listen_host"),
+    ("broker", '[broker]\ninter_broker_listen_host = "0.0.0.0"',
+     "broker.inter_broker_listen_host"),
+])
+def test_a_plaintext_peer_listener_off_loopback_is_refused(tmp_path: Path, role: str,
+                                                           table: str, key: str) -> None:
+    if role == "controller":
+        text = BASE.replace('roles = ["controller"]', 'roles = ["controller"]\n'
+                            f'cluster_secret_file = "{_secret_file(tmp_path)}"')
+    else:
+        text = _broker(f'\nbroker_credential_file = "{_credential_file(tmp_path, 101)}"')
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_config(text + "\n" + table)
+    assert refused.value.message.startswith(f"{key} = ")
+    assert "[tls] is not set" in refused.value.message and "replay" in refused.value.message
+
+
+def test_the_raft_port_may_stay_plaintext_off_loopback(tmp_path: Path) -> None:
+    """Its handshake is a challenge-response and every frame is MAC'd: nothing to replay."""
+    text = BASE.replace('roles = ["controller"]', 'roles = ["controller"]\n'
+                        f'cluster_secret_file = "{_secret_file(tmp_path)}"')
+    cfg = parse_config(text + '\n[controller]\nraft_listen_host = "10.0.0.5"')
+    assert cfg.raft_bind_host == "10.0.0.5" and not cfg.tls.enabled

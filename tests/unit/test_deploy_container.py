@@ -1,8 +1,8 @@
 """A container's node.toml from TIDELOG_* environment variables (tidelog.deploy.container).
 
-Every rendered config is parsed back with tidelog.config (with a real 0600 secret file), and
-every mistake in the environment is checked to be an InvalidConfigError of one line that names
-the variable at fault.
+Every rendered config is parsed back with tidelog.config (with real files: a controller's 0600
+cluster secret, a broker's own 0600 credential, TLS files of a CA), and every mistake in the
+environment is checked to be an InvalidConfigError of one line that names the variable at fault.
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.cluster_secret import generate_secret, write_secret_file
+from tidelog.certs import issue, make_ca
+from tidelog.cluster_secret import (
+    broker_credential,
+    generate_secret,
+    write_broker_credential_file,
+    write_secret_file,
+)
 from tidelog.config import NodeConfig, parse_config
 from tidelog.deploy.container import (
     ENV_VARIABLES,
@@ -32,19 +38,46 @@ CONTROLLER = {**COMMON, "TIDELOG_ROLE": "controller", "TIDELOG_NODE_ID_BASE": "1
 BROKER = {**COMMON, "TIDELOG_ROLE": "broker", "TIDELOG_NODE_ID_BASE": "101"}
 CONTROLLER_HOST = "tidelog-controller-1"
 BROKER_HOST = "tidelog-broker-2"
+#: TLS file variables for the checks that read no file (check_secret=False).
+TLS_PATHS = {"TIDELOG_TLS_CA_FILE": "/tls/ca.crt", "TIDELOG_TLS_CERT_FILE": "/tls/node.crt",
+             "TIDELOG_TLS_KEY_FILE": "/tls/node.key"}
 
 
 @pytest.fixture
 def secret_file(tmp_path: Path) -> str:
+    """The cluster secret, beside a CA, a node certificate and its key (tls/)."""
     path = tmp_path / "cluster.secret"
     write_secret_file(path, generate_secret())
+    ca = make_ca()
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    node = issue(ca, "node", hosts=("127.0.0.1",))
+    (tls / "ca.crt").write_bytes(ca.cert_pem)
+    (tls / "node.crt").write_bytes(node.cert_pem)
+    write_secret_file(tls / "node.key", node.key_pem.decode().strip())
     return str(path)
 
 
+def tls_env(secret_file: str) -> dict[str, str]:
+    tls = Path(secret_file).parent / "tls"
+    return {"TIDELOG_TLS_CA_FILE": str(tls / "ca.crt"),
+            "TIDELOG_TLS_CERT_FILE": str(tls / "node.crt"),
+            "TIDELOG_TLS_KEY_FILE": str(tls / "node.key")}
+
+
 def parsed(env: dict[str, str], hostname: str, secret_file: str) -> NodeConfig:
-    """Render with the secret file, then parse as `tidelog server` will."""
-    text = node_config_from_env({**env, "TIDELOG_CLUSTER_SECRET_FILE": secret_file}, hostname)
-    return parse_config(text)
+    """Render with the role's secret file (a broker's own credential, made from the cluster
+    secret for its id) and the TLS files, then parse as `tidelog server` will."""
+    env = {**tls_env(secret_file), **env}
+    if env["TIDELOG_ROLE"] == "broker":
+        node_id = settings_from_env(env, hostname).node_id
+        credential = Path(secret_file).with_name(f"broker-{node_id}.credential")
+        write_broker_credential_file(credential, broker_credential(
+            Path(secret_file).read_text().strip(), node_id))
+        env["TIDELOG_BROKER_CREDENTIAL_FILE"] = str(credential)
+    else:
+        env["TIDELOG_CLUSTER_SECRET_FILE"] = secret_file
+    return parse_config(node_config_from_env(env, hostname))
 
 
 # ------------------------------------------------------------------ what the env gives
@@ -94,7 +127,8 @@ def test_every_variable_of_a_broker(secret_file: str) -> None:
 
 
 def test_the_ordinal_is_read_from_the_first_label_of_a_qualified_hostname() -> None:
-    s = settings_from_env(BROKER, "tidelog-broker-1.tidelog-broker.ns.svc.cluster.local")
+    s = settings_from_env({**BROKER, **TLS_PATHS},
+                          "tidelog-broker-1.tidelog-broker.ns.svc.cluster.local")
     assert s.node_id == 102
     assert s.advertised_host == "tidelog-broker-1.tidelog-broker.ns.svc.cluster.local"
     assert [pod_ordinal(h) for h in ("a-0", "my-set-12", "x-3.svc")] == [0, 12, 3]
@@ -118,11 +152,24 @@ def test_an_empty_value_is_the_default(secret_file: str) -> None:
 
 
 def test_without_check_secret_nothing_is_read(tmp_path: Path) -> None:
-    env = {**BROKER, "TIDELOG_CLUSTER_SECRET_FILE": str(tmp_path / "absent")}
+    env = {**BROKER, "TIDELOG_BROKER_CREDENTIAL_FILE": str(tmp_path / "absent"),
+           "TIDELOG_LISTEN_HOST": "127.0.0.1"}
     text = node_config_from_env(env, BROKER_HOST, check_secret=False)
-    assert f'cluster_secret_file = "{tmp_path / "absent"}"' in text
-    with pytest.raises(InvalidConfigError, match="TIDELOG_CLUSTER_SECRET_FILE: cannot read"):
+    assert f'broker_credential_file = "{tmp_path / "absent"}"' in text
+    with pytest.raises(InvalidConfigError, match="TIDELOG_BROKER_CREDENTIAL_FILE: cannot read"):
         node_config_from_env(env, BROKER_HOST)
+
+
+def test_a_broker_gets_its_own_credential_and_a_certificate_not_the_cluster_secret(
+        secret_file: str) -> None:
+    cfg = parsed(BROKER, BROKER_HOST, secret_file)
+    assert cfg.cluster_secret() is None
+    assert cfg.broker_credential() == broker_credential(
+        Path(secret_file).read_text().strip(), 103)
+    assert cfg.tls.enabled and cfg.tls.client_listener == "tls"
+    plaintext_clients = parsed({**BROKER, "TIDELOG_TLS_CLIENT_LISTENER": "plaintext"},
+                               BROKER_HOST, secret_file)
+    assert plaintext_clients.tls.client_listener == "plaintext"
 
 
 def test_strings_are_quoted_for_toml(secret_file: str) -> None:
@@ -235,8 +282,22 @@ ERRORS: list[tuple[str, dict[str, str], Change, str, str]] = [
      "TIDELOG_DATA_DIR='data' is not an absolute path"),
     ("data dir control character", BROKER, {"TIDELOG_DATA_DIR": "/data\x00"}, BROKER_HOST,
      "TIDELOG_DATA_DIR has a control character"),
-    ("secret file relative", BROKER, {"TIDELOG_CLUSTER_SECRET_FILE": "cluster.secret"},
-     BROKER_HOST, "TIDELOG_CLUSTER_SECRET_FILE='cluster.secret' is not an absolute path"),
+    ("secret file relative", CONTROLLER, {"TIDELOG_CLUSTER_SECRET_FILE": "cluster.secret"},
+     CONTROLLER_HOST, "TIDELOG_CLUSTER_SECRET_FILE='cluster.secret' is not an absolute path"),
+    ("a broker given the cluster secret", BROKER,
+     {"TIDELOG_CLUSTER_SECRET_FILE": "/etc/tidelog/secret/cluster.secret"}, BROKER_HOST,
+     "TIDELOG_CLUSTER_SECRET_FILE is set on a broker: the cluster secret is the root of every "
+     "broker's credential"),
+    ("a controller given a credential", CONTROLLER,
+     {"TIDELOG_BROKER_CREDENTIAL_FILE": "/etc/tidelog/secret/broker.credential"},
+     CONTROLLER_HOST, "TIDELOG_BROKER_CREDENTIAL_FILE is set on a controller"),
+    ("no TLS off loopback", BROKER, {"TIDELOG_TLS_CA_FILE": None, "TIDELOG_TLS_CERT_FILE": None,
+                                     "TIDELOG_TLS_KEY_FILE": None}, BROKER_HOST,
+     "TIDELOG_LISTEN_HOST='0.0.0.0' is not loopback and TIDELOG_TLS_* are not set"),
+    ("half of TLS", CONTROLLER, {"TIDELOG_TLS_KEY_FILE": None}, CONTROLLER_HOST,
+     "TIDELOG_TLS_KEY_FILE is not set: TLS needs TIDELOG_TLS_CA_FILE"),
+    ("client listener", BROKER, {"TIDELOG_TLS_CLIENT_LISTENER": "ssl"}, BROKER_HOST,
+     "TIDELOG_TLS_CLIENT_LISTENER='ssl' is not tls or plaintext"),
     ("rack with a space", BROKER, {"TIDELOG_RACK": "rack 1"}, BROKER_HOST,
      "TIDELOG_RACK='rack 1' has a space or a control character"),
     ("log level", BROKER, {"TIDELOG_LOG_LEVEL": "verbose"}, BROKER_HOST,
@@ -257,7 +318,8 @@ ERRORS: list[tuple[str, dict[str, str], Change, str, str]] = [
                          [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
 def test_a_mistake_is_one_line_naming_the_variable(base: dict[str, str], changes: Change,
                                                    hostname: str, expected: str) -> None:
-    env = {k: v for k, v in {**base, **changes}.items() if v is not None}
+    with_tls = {**TLS_PATHS, **base, **changes}
+    env = {k: v for k, v in with_tls.items() if v is not None}
     with pytest.raises(InvalidConfigError) as e:
         node_config_from_env(env, hostname, check_secret=False)
     message = e.value.message
@@ -275,8 +337,9 @@ def test_a_bad_secret_file_names_the_variable(tmp_path: Path, mode: int, content
     path = tmp_path / "cluster.secret"
     path.write_text(content + "\n")
     os.chmod(path, mode)
-    env = {**BROKER, "TIDELOG_CLUSTER_SECRET_FILE": str(path)}
+    env = {**CONTROLLER, "TIDELOG_CLUSTER_SECRET_FILE": str(path),
+           "TIDELOG_LISTEN_HOST": "127.0.0.1"}
     with pytest.raises(InvalidConfigError) as e:
-        node_config_from_env(env, BROKER_HOST)
+        node_config_from_env(env, CONTROLLER_HOST)
     assert e.value.message.startswith("TIDELOG_CLUSTER_SECRET_FILE: cluster_secret_file ")
     assert expected in e.value.message and "\n" not in e.value.message

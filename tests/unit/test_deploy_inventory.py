@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from tidelog.cli import cli
+from tidelog.cluster_secret import broker_credential, read_secret_file
 from tidelog.config import load_config
 from tidelog.deploy.inventory import InventoryError, parse_inventory
 from tidelog.deploy.render import render
@@ -141,9 +142,25 @@ def test_rendered_configs_load_and_bind_where_the_inventory_says(tmp_path: Path)
         assert cfg.metrics.host == h.private_address
         if node.is_broker:
             assert (cfg.broker.host, cfg.broker.rack) == (h.address, h.rack)
-        assert cfg.cluster_secret() is not None
-    secret = tmp_path / "out/hosts/ctl-1" / str(tmp_path / "etc").lstrip("/") / "cluster.secret"
+        # The root on controllers only; a broker holds its own credential, made from it.
+        root = read_secret_file(tmp_path / "out/cluster.secret")
+        assert (cfg.cluster_secret() == root) is node.is_controller
+        assert cfg.broker_credential() == (broker_credential(root, node.id)
+                                           if node.is_broker else None)
+    etc = str(tmp_path / "etc").lstrip("/")
+    secret = tmp_path / "out/hosts/ctl-1" / etc / "cluster.secret"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    for h in inv.hosts:  # no broker-only host gets the cluster secret
+        controls = any(n.is_controller for n in h.nodes)
+        assert (tmp_path / "out/hosts" / h.name / etc / "cluster.secret").exists() is controls
+    credential = tmp_path / "out/hosts/broker-a" / etc / "broker-101.credential"
+    assert stat.S_IMODE(credential.stat().st_mode) == 0o600
+
+
+def test_an_inventory_without_tls_is_refused_off_loopback() -> None:
+    [line] = problems(three_and_three().replace("[[hosts]]", "tls = false\n[[hosts]]", 1))
+    assert line.startswith("tls = false, but the controller and inter-broker listeners of c1, "
+                           "c2, c3, b1, b2, b3 bind a network address") and "tls = true" in line
 
 
 def test_rerendering_keeps_the_cluster_id_and_secret(tmp_path: Path) -> None:

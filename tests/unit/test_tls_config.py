@@ -47,16 +47,31 @@ def test_a_tls_config_loads(pki: Path) -> None:
     ({"ca_file": "/nope/ca.crt"}, "cannot read tls CA file /nope/ca.crt: No such file"),
     ({"client_auth": "sometimes"}, "tls.client_auth must be one of none, required"),
     ({"client_auth": "requested"}, "cannot ask for a client certificate without requiring one"),
-    ({"client_listener": "plaintext"}, 'tls.client_listener = "plaintext" is allowed only on '
-                                       "loopback, and broker.listen_host is '0.0.0.0'"),
 ])
 def test_tls_mistakes_are_one_line(pki: Path, change: dict[str, str], message: str) -> None:
     text = config(pki, **change)
-    if "client_listener" in change:
-        text = text.replace("[tls]", "[broker]\nlisten_host = \"0.0.0.0\"\n[tls]").replace(
-            "data_dir", 'cluster_secret_file = ""\ndata_dir')
     with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(")):
         parse_config(text)
+
+
+def test_clients_may_stay_plaintext_while_the_peer_listeners_run_tls(pki: Path) -> None:
+    """Kafka's PLAINTEXT client listener beside an SSL inter-broker one: off loopback the peer
+    listeners need [tls], so this is how a cluster keeps plaintext clients."""
+    from tidelog.cluster_secret import (
+        broker_credential,
+        generate_secret,
+        write_broker_credential_file,
+    )
+
+    credential = pki / "broker-101.credential"
+    write_broker_credential_file(credential, broker_credential(generate_secret(), 101))
+    text = config(pki, client_listener="plaintext").replace(
+        "[tls]", '[broker]\nlisten_host = "10.0.0.21"\ninter_broker_listen_host = "10.0.0.21"'
+        "\n[tls]").replace("data_dir", f'broker_credential_file = "{credential}"\ndata_dir')
+    cfg = parse_config(text)
+    assert cfg.tls.client_listener == "plaintext" and cfg.tls.enabled
+    with pytest.raises(InvalidConfigError, match="needs the client listener on TLS"):
+        parse_config(text + '[sasl]\nenabled_mechanisms = ["SCRAM-SHA-256"]\n')
 
 
 def test_a_key_others_can_read_and_a_file_without_pem_are_refused(pki: Path) -> None:

@@ -30,8 +30,9 @@ def security() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory for ca.crt, ca.key and the certificates")
 @click.option("--node", "nodes", multiple=True, metavar="NAME=HOST[,HOST…]",
-              help="a node's certificate: its name (the common name) and every address or DNS "
-                   "name peers and clients dial it at (repeatable)")
+              help="a node's certificate: its name (the common name: broker-<id> for a broker, "
+                   "which the peer listeners check against the id it claims; controller-<id>) "
+                   "and every address or DNS name peers and clients dial it at (repeatable)")
 @click.option("--client", "clients", multiple=True, metavar="NAME",
               help="a client user's certificate, common name NAME (repeatable)")
 @click.option("--days", default=397, show_default=True, help="validity of the certificates")

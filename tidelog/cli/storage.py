@@ -1,5 +1,6 @@
-"""``tidelog storage …``: make a cluster id (``random-uuid``) and a cluster secret
-(``random-secret``), and format a node's data directory (``format``) before its first start.
+"""``tidelog storage …``: make a cluster id (``random-uuid``), a cluster secret
+(``random-secret``, for the controllers) and a broker's own credential from it
+(``broker-credential``), and format a node's data directory (``format``) before its first start.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def random_uuid() -> None:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="write it to this file (mode 0600) instead of printing it")
 def random_secret(out_path: str | None) -> None:
-    """Make a new cluster secret (every node's cluster_secret_file holds the same one)."""
+    """Make a new cluster secret (the controllers' cluster_secret_file; brokers get their own
+    credential from it: tidelog storage broker-credential)."""
     from tidelog.cluster_secret import generate_secret, write_secret_file
 
     secret = generate_secret()
@@ -35,6 +37,33 @@ def random_secret(out_path: str | None) -> None:
         write_secret_file(out_path, secret)
     else:
         click.echo(secret)
+
+
+@storage.command("broker-credential")
+@click.option("--secret-file", required=True, type=click.Path(dir_okay=False),
+              help="the cluster secret (tidelog storage random-secret), as the controllers have it")
+@click.option("--broker-id", required=True, type=click.IntRange(min=0),
+              help="the broker's node id")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="the credential file to write (mode 0600): the broker's broker_credential_file")
+def broker_credential_cmd(secret_file: str, broker_id: int, out_path: str) -> None:
+    """Make a broker's own credential from the cluster secret. The broker holds only this file,
+    never the secret: it cannot be turned into another broker's credential or the Raft key."""
+    from tidelog.cluster_secret import (
+        broker_credential,
+        read_secret_file,
+        write_broker_credential_file,
+    )
+    from tidelog.errors import InvalidConfigError
+
+    try:
+        secret = read_secret_file(secret_file)
+    except InvalidConfigError as e:
+        raise click.UsageError(e.message.replace("cluster_secret_file", "--secret-file", 1)) \
+            from None
+    write_broker_credential_file(out_path, broker_credential(secret, broker_id))
+    click.echo(f"wrote broker {broker_id}'s credential to {out_path} (mode 0600): copy it to "
+               f"that broker and set broker_credential_file = \"{out_path}\"")
 
 
 @storage.command("format")

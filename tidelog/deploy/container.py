@@ -2,7 +2,8 @@
 
 The container image (deploy/docker/) runs one node, a controller or a broker, configured by its
 environment alone, so one image serves docker compose and Kubernetes. Its entrypoint
-(deploy/docker/entrypoint.sh) copies the mounted cluster secret to a private 0600 file, runs
+(deploy/docker/entrypoint.sh) copies the mounted secret (a controller's cluster secret, a
+broker's own credential) and TLS key to private 0600 files, runs
 ``tidelog deploy container-config --out FILE`` (which calls :func:`node_config_from_env`),
 formats the data dir (``tidelog storage format --ignore-formatted``) and execs
 ``tidelog server``.
@@ -24,9 +25,15 @@ checked here, and any mistake is an ``InvalidConfigError`` whose one line names 
 * ``TIDELOG_LISTEN_HOST`` (``0.0.0.0``) — where every listener binds, /metrics included;
 * ports ``TIDELOG_CLIENT_PORT`` 9092, ``TIDELOG_INTER_BROKER_PORT`` 9095,
   ``TIDELOG_CONTROLLER_PORT`` 9093, ``TIDELOG_RAFT_PORT`` 9094, ``TIDELOG_METRICS_PORT`` 9644;
-* ``TIDELOG_DATA_DIR``, ``TIDELOG_CLUSTER_SECRET_FILE``, ``TIDELOG_RACK``,
-  ``TIDELOG_LOG_LEVEL``; ``TIDELOG_RUNTIME_DIR`` is the entrypoint's (where it writes the config
-  and the secret's copy) and is ignored here.
+* ``TIDELOG_CLUSTER_SECRET_FILE`` (controllers: the cluster secret) or
+  ``TIDELOG_BROKER_CREDENTIAL_FILE`` (brokers: their own credential, ``tidelog storage
+  broker-credential``; a broker never gets the cluster secret, and is refused one);
+* ``TIDELOG_TLS_CA_FILE``, ``TIDELOG_TLS_CERT_FILE``, ``TIDELOG_TLS_KEY_FILE`` (all or none) and
+  ``TIDELOG_TLS_CLIENT_LISTENER`` (``tls`` or ``plaintext``): a listen host off loopback needs
+  them, since brokers present their credentials on the controller and inter-broker listeners;
+  a broker's certificate is named ``broker-<id>`` (tidelog.peer_auth checks it);
+* ``TIDELOG_DATA_DIR``, ``TIDELOG_RACK``, ``TIDELOG_LOG_LEVEL``; ``TIDELOG_RUNTIME_DIR`` is the
+  entrypoint's (where it writes the config and the private copies) and is ignored here.
 
 A variable set to the empty string counts as unset. Any other ``TIDELOG_*`` variable is
 refused (but those of other commands, :data:`OTHER_COMMANDS_VARIABLES`), so a typo never
@@ -43,9 +50,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidelog.cluster_secret import read_secret_file
+from tidelog.cluster_secret import is_loopback, read_broker_credential_file, read_secret_file
 from tidelog.config import VoterConfig, parse_config
 from tidelog.errors import InvalidConfigError
+from tidelog.tls import TlsFiles
 
 __all__ = [
     "ENV_VARIABLES",
@@ -82,11 +90,26 @@ ENV_VARIABLES: dict[str, tuple[str, str]] = {
     "TIDELOG_DATA_DIR": ("/var/lib/tidelog/data", "the node's data dir (absolute)"),
     "TIDELOG_CLUSTER_SECRET_FILE": (
         "/etc/tidelog/secret/cluster.secret",
-        "the cluster secret file (absolute); the entrypoint points it at its 0600 copy"),
+        "controllers: the cluster secret file (absolute); the entrypoint points it at its 0600 "
+        "copy"),
+    "TIDELOG_BROKER_CREDENTIAL_FILE": (
+        "/etc/tidelog/secret/broker.credential",
+        "brokers: this broker's own credential (`tidelog storage broker-credential`; "
+        "absolute); the entrypoint points it at its 0600 copy"),
+    "TIDELOG_TLS_CA_FILE": (
+        "", "the cluster CA (PEM, absolute); with the certificate and key, TLS on every "
+            "listener. Needed when TIDELOG_LISTEN_HOST is not loopback"),
+    "TIDELOG_TLS_CERT_FILE": (
+        "", "this node's certificate (common name broker-<id> or controller-<id>)"),
+    "TIDELOG_TLS_KEY_FILE": (
+        "", "its private key; the entrypoint points it at its 0600 copy"),
+    "TIDELOG_TLS_CLIENT_LISTENER": (
+        "tls", "tls or plaintext: the client listener (the peer listeners run TLS whenever "
+               "the files are given)"),
     "TIDELOG_RACK": ("", "broker rack label; empty = none"),
     "TIDELOG_LOG_LEVEL": ("INFO", "DEBUG, INFO, WARNING or ERROR"),
     "TIDELOG_RUNTIME_DIR": (
-        "/run/tidelog", "entrypoint only: where node.toml and the secret's copy are written"),
+        "/run/tidelog", "entrypoint only: where node.toml and the private copies are written"),
 }
 #: TIDELOG_* variables of other commands, allowed in a node's environment and ignored here (a
 #: pod may set TIDELOG_BROKERS for the CLI run in it with kubectl exec).
@@ -116,9 +139,12 @@ class ContainerSettings:
     inter_broker_port: int
     metrics_port: int
     data_dir: str
-    cluster_secret_file: str
+    #: The role's secret: a controller's cluster secret, a broker's own credential.
+    secret_file: str
     rack: str
     log_level: str
+    tls_files: TlsFiles | None = None
+    client_listener: str = "tls"
 
 
 def node_config_from_env(env: Mapping[str, str], hostname: str, *,
@@ -126,26 +152,40 @@ def node_config_from_env(env: Mapping[str, str], hostname: str, *,
     """The node.toml text for a container with environment ``env`` and hostname ``hostname``.
 
     The text is checked with tidelog.config's own parser before it is returned. With
-    ``check_secret`` the cluster secret file is read too (must exist, mode 0600 or stricter, a
-    valid secret), as ``tidelog server`` will; without it nothing is read from disk.
+    ``check_secret`` the secret file (must exist, mode 0600 or stricter, the role's kind) and
+    the TLS files are read too, as ``tidelog server`` will; without it nothing is read from disk.
     """
     settings = settings_from_env(env, hostname)
     text = render_node_config(settings)
-    # parse_config reads the secret file when one is named, and refuses a non-loopback
-    # listener without one. Check everything but the file here (I/O-free: the listen host was
-    # checked above, the only values that differ), then the file on its own.
-    probe = render_node_config(settings, listen_host="127.0.0.1", cluster_secret_file="")
+    # parse_config reads the secret and TLS files when named, and refuses a non-loopback
+    # listener without them. Check everything but the files here (I/O-free: the listen host
+    # and TLS were checked by settings_from_env, the only values that differ), then the files.
+    probe = render_node_config(settings, listen_host="127.0.0.1", secret_file="", tls=False)
     try:
         parse_config(probe, source="the config rendered from TIDELOG_* variables")
     except InvalidConfigError as e:
         raise InvalidConfigError(f"TIDELOG_* variables give an invalid node config: "
                                  f"{e.message}") from None
     if check_secret:
-        try:
-            read_secret_file(settings.cluster_secret_file)
-        except InvalidConfigError as e:
-            raise InvalidConfigError(f"TIDELOG_CLUSTER_SECRET_FILE: {e.message}") from None
+        _check_files(settings)
     return text
+
+
+def _check_files(s: ContainerSettings) -> None:
+    variable = "TIDELOG_CLUSTER_SECRET_FILE" if s.role == "controller" \
+        else "TIDELOG_BROKER_CREDENTIAL_FILE"
+    try:
+        if s.role == "controller":
+            read_secret_file(s.secret_file)
+        else:
+            read_broker_credential_file(s.secret_file, broker_id=s.node_id)
+    except InvalidConfigError as e:
+        raise InvalidConfigError(f"{variable}: {e.message}") from None
+    if s.tls_files is not None:
+        try:
+            s.tls_files.check("TIDELOG_TLS_*")
+        except InvalidConfigError as e:
+            raise InvalidConfigError(e.message) from None
 
 
 def settings_from_env(env: Mapping[str, str], hostname: str) -> ContainerSettings:
@@ -199,34 +239,81 @@ def settings_from_env(env: Mapping[str, str], hostname: str) -> ContainerSetting
     if role == "broker":
         advertised = get.host("TIDELOG_ADVERTISED_HOST", default=hostname.strip())
         inter_broker = get.host("TIDELOG_INTER_BROKER_HOST", default=advertised)
+    listen_host = get.host("TIDELOG_LISTEN_HOST", wildcard_ok=True)
     return ContainerSettings(
         role=role, node_id=node_id, voters=voters,
         cluster_id=_cluster_id(get.text("TIDELOG_CLUSTER_ID")),
-        listen_host=get.host("TIDELOG_LISTEN_HOST", wildcard_ok=True),
+        listen_host=listen_host,
         advertised_host=advertised,
         inter_broker_host=inter_broker,
         client_port=ports.get("TIDELOG_CLIENT_PORT", 0),
         inter_broker_port=ports.get("TIDELOG_INTER_BROKER_PORT", 0),
         metrics_port=ports["TIDELOG_METRICS_PORT"],
         data_dir=get.path("TIDELOG_DATA_DIR"),
-        cluster_secret_file=get.path("TIDELOG_CLUSTER_SECRET_FILE"),
+        secret_file=_secret_file(get, role),
         rack=get.rack("TIDELOG_RACK"),
         log_level=get.log_level("TIDELOG_LOG_LEVEL"),
+        tls_files=_tls_files(get, listen_host),
+        client_listener=_client_listener(get),
     )
 
 
+def _secret_file(get: _Env, role: str) -> str:
+    """The role's secret file: the cluster secret stays on controllers (tidelog.cluster_secret),
+    so a broker given it is refused, naming what it takes instead."""
+    if role == "broker" and get.is_set("TIDELOG_CLUSTER_SECRET_FILE"):
+        raise InvalidConfigError(
+            "TIDELOG_CLUSTER_SECRET_FILE is set on a broker: the cluster secret is the root of "
+            "every broker's credential and of the Raft key and stays on the controllers; give "
+            "the broker its own credential in TIDELOG_BROKER_CREDENTIAL_FILE (`tidelog storage "
+            "broker-credential`)")
+    if role == "controller" and get.is_set("TIDELOG_BROKER_CREDENTIAL_FILE"):
+        raise InvalidConfigError(
+            "TIDELOG_BROKER_CREDENTIAL_FILE is set on a controller: controllers hold the "
+            "cluster secret (TIDELOG_CLUSTER_SECRET_FILE) instead")
+    return get.path("TIDELOG_CLUSTER_SECRET_FILE" if role == "controller"
+                    else "TIDELOG_BROKER_CREDENTIAL_FILE")
+
+
+def _tls_files(get: _Env, listen_host: str) -> TlsFiles | None:
+    names = ("TIDELOG_TLS_CA_FILE", "TIDELOG_TLS_CERT_FILE", "TIDELOG_TLS_KEY_FILE")
+    given = [n for n in names if get.is_set(n)]
+    if not given:
+        if not is_loopback(listen_host):
+            raise InvalidConfigError(
+                f"TIDELOG_LISTEN_HOST={listen_host!r} is not loopback and TIDELOG_TLS_* are not "
+                f"set: brokers' credentials would travel in clear on the controller and "
+                f"inter-broker listeners. Give TIDELOG_TLS_CA_FILE, TIDELOG_TLS_CERT_FILE and "
+                f"TIDELOG_TLS_KEY_FILE (tidelog security init)")
+        return None
+    if len(given) != len(names):
+        missing = next(n for n in names if n not in given)
+        raise InvalidConfigError(f"{missing} is not set: TLS needs TIDELOG_TLS_CA_FILE, "
+                                 f"TIDELOG_TLS_CERT_FILE and TIDELOG_TLS_KEY_FILE")
+    return TlsFiles(*(get.path(n) for n in names))
+
+
+def _client_listener(get: _Env) -> str:
+    value = get.text("TIDELOG_TLS_CLIENT_LISTENER")
+    if value not in ("tls", "plaintext"):
+        raise InvalidConfigError(f"TIDELOG_TLS_CLIENT_LISTENER={value!r} is not tls or plaintext")
+    return value
+
+
 def render_node_config(s: ContainerSettings, *, listen_host: str | None = None,
-                       cluster_secret_file: str | None = None) -> str:
-    """The node.toml of ``s`` (``listen_host`` / ``cluster_secret_file`` replace its own)."""
+                       secret_file: str | None = None, tls: bool = True) -> str:
+    """The node.toml of ``s`` (``listen_host`` / ``secret_file`` replace its own; ``tls``
+    False leaves the [tls] table out)."""
     q = json.dumps  # a TOML basic string is a JSON string (same escapes)
     listen = s.listen_host if listen_host is None else listen_host
-    secret = s.cluster_secret_file if cluster_secret_file is None else cluster_secret_file
+    secret = s.secret_file if secret_file is None else secret_file
+    key = "cluster_secret_file" if s.role == "controller" else "broker_credential_file"
     lines = ["# Rendered from TIDELOG_* variables at container start: change those, not this.",
              f"node_id = {s.node_id}",
              f"roles = [{q(s.role)}]",
              f"data_dir = {q(s.data_dir)}",
              f"cluster_id = {q(s.cluster_id)}",
-             f"cluster_secret_file = {q(secret)}",
+             f"{key} = {q(secret)}",
              f"log_level = {q(s.log_level)}", "",
              "[controller]"]
     if s.role == "controller":
@@ -241,6 +328,10 @@ def render_node_config(s: ContainerSettings, *, listen_host: str | None = None,
                   f"inter_broker_listen_host = {q(listen)}",
                   f"inter_broker_port = {s.inter_broker_port}", f"rack = {q(s.rack)}"]
     lines += ["", "[metrics]", f"host = {q(listen)}", f"port = {s.metrics_port}", ""]
+    if tls and s.tls_files is not None:
+        f = s.tls_files
+        lines += ["[tls]", f"ca_file = {q(f.ca_file)}", f"cert_file = {q(f.cert_file)}",
+                  f"key_file = {q(f.key_file)}", f"client_listener = {q(s.client_listener)}", ""]
     return "\n".join(lines)
 
 

@@ -130,8 +130,10 @@ class Inventory:
     install_prefix: str             # tidelog is {install_prefix}/bin/tidelog
     config_dir: str
     hosts: tuple[Host, ...]
-    #: [tls] on every node, certificates made by the renderer (docs/security.md).
-    tls: bool = False
+    #: [tls] on every node, certificates made by the renderer (docs/security.md). On by default:
+    #: off, the peer listeners may bind loopback only (tidelog.config), so a multi-host cluster
+    #: needs it.
+    tls: bool = True
     tls_client_auth: str = "none"
 
     @property
@@ -187,7 +189,7 @@ def _build(table: Mapping[str, Any], problems: list[str]) -> Inventory:
         user=_str(table, "user", "tidelog", "", problems),
         install_prefix=_str(table, "install_prefix", "/opt/tidelog", "", problems),
         config_dir=_str(table, "config_dir", "/etc/tidelog", "", problems),
-        hosts=hosts, tls=_bool(table, "tls", problems),
+        hosts=hosts, tls=_bool(table, "tls", problems, default=True),
         tls_client_auth=_str(table, "tls_client_auth", "none", "", problems))
 
 
@@ -264,11 +266,11 @@ def _str(raw: Mapping[str, Any], key: str, default: str, where: str,
     return value
 
 
-def _bool(raw: Mapping[str, Any], key: str, problems: list[str]) -> bool:
-    value = raw.get(key, False)
+def _bool(raw: Mapping[str, Any], key: str, problems: list[str], *, default: bool) -> bool:
+    value = raw.get(key, default)
     if not isinstance(value, bool):
         problems.append(f"{key} must be true or false, got {value!r}")
-        return False
+        return default
     return value
 
 
@@ -305,6 +307,7 @@ def check(inv: Inventory) -> list[str]:
     problems += _duplicates("node id", [n.id for n in inv.nodes])
     problems += _quorum(inv)
     problems += _reachability(inv)
+    problems += _plaintext_peers(inv)
     for host in inv.hosts:
         problems += _port_clashes(host)
     return problems
@@ -341,6 +344,20 @@ def _reachability(inv: Inventory) -> list[str]:
                 problems.append(f"host {host.name}: {key} {address} is loopback, which no "
                                 f"other host can reach; give its network address")
     return problems
+
+
+def _plaintext_peers(inv: Inventory) -> list[str]:
+    """Brokers present their credentials on the controller and inter-broker listeners, which
+    bind ``private_address``: off loopback that needs TLS (tidelog.config refuses the node
+    otherwise), so say it here, once, rather than on every node's first start."""
+    if inv.tls:
+        return []
+    exposed = [h.name for h in inv.hosts if not is_loopback(h.private_address)]
+    if not exposed:
+        return []
+    return [f"tls = false, but the controller and inter-broker listeners of {', '.join(exposed)} "
+            f"bind a network address, where brokers' credentials would travel in clear and "
+            f"could be replayed from a capture: set tls = true"]
 
 
 def _port_clashes(host: Host) -> list[str]:

@@ -8,14 +8,19 @@ installs a host::
     OUT/prometheus/rules/*.yml                      the alert and recording rules (deploy/)
     OUT/hosts/<host>/README.md                      that host's lines of the above
     OUT/hosts/<host>/etc/tidelog/<node>.toml        each node's config (tidelog.config)
-    OUT/hosts/<host>/etc/tidelog/cluster.secret     the cluster secret, mode 0600
+    OUT/hosts/<host>/etc/tidelog/cluster.secret     the cluster secret, mode 0600: hosts of
+                                                    controllers only
+    OUT/hosts/<host>/etc/tidelog/<node>.credential  a broker-only node's own credential, 0600
     OUT/hosts/<host>/etc/systemd/system/tidelog-<node>.service
 
-Where each listener binds (DESIGN §11, "every listener binds only what the config says"): the
-client listener on the host's ``address``; the controller's gRPC port, its Raft port and the
-inter-broker listener on ``private_address`` (the network peers share; the Raft transport is
-authenticated with a key derived from the cluster secret); /metrics on ``metrics_address``.
-Nothing binds a wildcard.
+The cluster secret is the root of every broker's credential and of the Raft key, so it goes to
+the controllers' hosts only; a broker-only node gets its own credential, derived from it, from
+which no other can be made (tidelog/cluster_secret.py). Where each listener binds (DESIGN §11,
+"every listener binds only what the config says"): the client listener on the host's
+``address``; the controller's gRPC port, its Raft port and the inter-broker listener on
+``private_address`` (the network peers share: TLS there, since brokers present their
+credentials on it; the Raft transport is authenticated with a key derived from the cluster
+secret); /metrics on ``metrics_address``. Nothing binds a wildcard.
 """
 
 from __future__ import annotations
@@ -24,12 +29,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidelog.cluster_secret import broker_credential, broker_credential_text
 from tidelog.deploy.inventory import Host, Inventory, Node
 from tidelog.deploy.systemd import unit_text
 
 __all__ = ["NodeCertificates", "RenderedFile", "node_hosts", "render"]
 
 SECRET_NAME = "cluster.secret"
+#: A broker-only node's credential file: ``<node name>`` + this, beside its config.
+CREDENTIAL_SUFFIX = ".credential"
 #: Scrape jobs, as the alert rules and dashboards name them.
 JOBS = {"controller": "tidelog-controller", "broker": "tidelog-broker"}
 SCRAPE_INTERVAL = "15s"
@@ -62,8 +70,14 @@ def render(inv: Inventory, *, cluster_id: str, secret: str,
     files: list[RenderedFile] = []
     for host in inv.hosts:
         root = f"hosts/{host.name}"
-        files.append(RenderedFile(f"{root}{inv.config_dir}/{SECRET_NAME}", secret + "\n",
-                                  0o600))
+        if any(n.is_controller for n in host.nodes):
+            files.append(RenderedFile(f"{root}{inv.config_dir}/{SECRET_NAME}", secret + "\n",
+                                      0o600))
+        for node in host.nodes:
+            if not node.is_controller:
+                files.append(RenderedFile(
+                    f"{root}{credential_path(inv, node)}",
+                    broker_credential_text(broker_credential(secret, node.id)), 0o600))
         if inv.tls and certs is not None:
             files.append(RenderedFile(f"{root}{inv.config_dir}/tls/ca.crt", certs.ca_pem))
             for node in host.nodes:
@@ -90,6 +104,10 @@ def config_path(inv: Inventory, node: Node) -> str:
     return f"{inv.config_dir}/{node.name}.toml"
 
 
+def credential_path(inv: Inventory, node: Node) -> str:
+    return f"{inv.config_dir}/{node.name}{CREDENTIAL_SUFFIX}"
+
+
 def unit_name(node: Node) -> str:
     return f"tidelog-{node.name}.service"
 
@@ -102,7 +120,10 @@ def node_config(inv: Inventory, host: Host, node: Node, cluster_id: str) -> str:
              f"roles = [{', '.join(q(r) for r in node.roles)}]",
              f"data_dir = {q(node.data_dir)}",
              f"cluster_id = {q(cluster_id)}",
-             f"cluster_secret_file = {q(inv.config_dir + '/' + SECRET_NAME)}", "",
+             # The root secret on controllers only; a broker its own credential (module doc).
+             f"cluster_secret_file = {q(inv.config_dir + '/' + SECRET_NAME)}"
+             if node.is_controller else
+             f"broker_credential_file = {q(credential_path(inv, node))}", "",
              "[controller]"]
     if node.is_controller:
         lines += [f"listen_host = {q(host.private_address)}",
@@ -146,8 +167,8 @@ def host_lines(inv: Inventory, host: Host, cluster_id: str) -> list[str]:
              f"install <a tidelog wheel or checkout>`; "
              f"`useradd --system --home-dir /var/lib/tidelog {inv.user}`; copy this "
              f"directory to / (`rsync -a hosts/{host.name}/ root@{host.address}:/`); "
-             f"`chown -R {inv.user}: {inv.config_dir}` (the secret and any TLS keys: 0600, "
-             f"the node's user's)"]
+             f"`chown -R {inv.user}: {inv.config_dir}` (the cluster secret, a broker's "
+             f"credential and any TLS keys: 0600, the node's user's)"]
     for node in host.nodes:
         lines.append(
             f"- {node.name}: `install -d -o {inv.user} -m 0700 {node.data_dir} && "

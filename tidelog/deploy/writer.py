@@ -14,7 +14,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.cluster_secret import generate_secret, read_secret_file, write_secret_file
+from tidelog.cluster_secret import (
+    generate_secret,
+    node_certificate_name,
+    read_secret_file,
+    write_secret_file,
+)
 from tidelog.deploy.inventory import GENERATE, Inventory, InventoryError, parse_inventory
 from tidelog.deploy.render import NodeCertificates, node_hosts, render
 from tidelog.errors import InvalidConfigError
@@ -92,7 +97,9 @@ def _certificates(inv: Inventory, out_dir: Path) -> NodeCertificates:
     (tls / "admin.crt").write_bytes(admin.cert_pem)
     nodes = {}
     for node in inv.nodes:
-        issued = issue(ca, node.name, hosts=node_hosts(inv, node))
+        # Named broker-<id> when the node acts as a broker: the peer listeners check it.
+        issued = issue(ca, node_certificate_name(node.id, node.roles),
+                       hosts=node_hosts(inv, node))
         nodes[node.id] = (issued.cert_pem.decode(), issued.key_pem.decode())
     return NodeCertificates(ca.cert_pem.decode(), nodes)
 

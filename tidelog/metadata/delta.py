@@ -34,6 +34,7 @@ from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.image import (
     ACL_ID_BYTES,
     BROKER,
+    CREDENTIAL_VERIFIER_BYTES,
     NO_LEADER,
     TOPIC,
     TOPIC_ID_BYTES,
@@ -280,6 +281,9 @@ class MetadataDelta:
         _require(not r.HasField("inter_broker_endpoint")
                  or (0 < inter.port <= PORT_MAX and bool(inter.host)),
                  "invalid inter-broker endpoint")
+        _require(len(r.credential_verifier) in (0, CREDENTIAL_VERIFIER_BYTES),
+                 f"broker {r.broker_id}: a credential verifier of {len(r.credential_verifier)} "
+                 f"bytes")
         if self._from_snapshot:
             _require(0 <= r.broker_epoch <= offset, f"broker epoch {r.broker_epoch} > {offset}")
         else:
@@ -296,6 +300,7 @@ class MetadataDelta:
             broker_id=r.broker_id, incarnation_id=r.incarnation_id, broker_epoch=r.broker_epoch,
             host=r.endpoint.host, port=r.endpoint.port, rack=r.rack, fenced=r.fenced,
             inter_broker_host=inter.host, inter_broker_port=inter.port,
+            credential_verifier=r.credential_verifier,
         ))
 
     def _replay_unregister_broker(self, r: metadata_pb2.UnregisterBrokerRecord, _: int) -> None:

@@ -60,6 +60,8 @@ NO_LEADER = -1
 TOPIC_ID_BYTES = 16
 #: ACL ids are UUIDs too (Kafka's AccessControlEntryRecord.id).
 ACL_ID_BYTES = 16
+#: A broker registration's credential verifier is a SHA-256 (tidelog.cluster_secret).
+CREDENTIAL_VERIFIER_BYTES = 32
 
 TOPIC = metadata_pb2.CONFIG_RESOURCE_TOPIC
 BROKER = metadata_pb2.CONFIG_RESOURCE_BROKER
@@ -93,6 +95,9 @@ class BrokerRegistration:
     # clients. "" and 0 when the broker registered without one.
     inter_broker_host: str = ""
     inter_broker_port: int = 0
+    # SHA-256 of the key it presents to other brokers (tidelog.cluster_secret), b"" without a
+    # cluster secret: what a broker checks a follower's credential against.
+    credential_verifier: bytes = b""
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -103,6 +108,10 @@ class BrokerRegistration:
         if self.broker_epoch < 0:
             raise InvariantViolation(
                 f"broker {self.broker_id}: epoch {self.broker_epoch} is negative")
+        if len(self.credential_verifier) not in (0, CREDENTIAL_VERIFIER_BYTES):
+            raise InvariantViolation(
+                f"broker {self.broker_id}: a credential verifier of "
+                f"{len(self.credential_verifier)} bytes")
         # A fenced broker has left controlled shutdown (fencing ends it).
         if self.fenced and self.in_controlled_shutdown:
             raise InvariantViolation(
@@ -437,6 +446,7 @@ class MetadataImage:
                 f"controlled_shutdown={str(b.in_controlled_shutdown).lower()}"
                 + (f" inter_broker={_quote(b.inter_broker_host)}:{b.inter_broker_port}"
                    if b.inter_broker_port else "")
+                + (f" verifier={b.credential_verifier.hex()}" if b.credential_verifier else "")
             )
         for name in sorted(self.topics.by_name):
             topic = self.topics.by_name[name]

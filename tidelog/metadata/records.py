@@ -113,6 +113,7 @@ def _snapshot_records(image: MetadataImage) -> Iterable[metadata_pb2.MetadataRec
         record = metadata_pb2.RegisterBrokerRecord(
             broker_id=broker_id, incarnation_id=b.incarnation_id, broker_epoch=b.broker_epoch,
             endpoint=common_pb2.Endpoint(host=b.host, port=b.port), rack=b.rack, fenced=b.fenced,
+            credential_verifier=b.credential_verifier,
         )
         if b.inter_broker_port:
             record.inter_broker_endpoint.host = b.inter_broker_host

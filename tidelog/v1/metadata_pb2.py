@@ -25,51 +25,51 @@ _sym_db = _symbol_database.Default()
 from tidelog.v1 import common_pb2 as tidelog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tidelog/v1/metadata.proto\x12\ntidelog.v1\x1a\x17tidelog/v1/common.proto\"\xd2\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\x0c\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12&\n\x08\x65ndpoint\x18\x04 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x33\n\x15inter_broker_endpoint\x18\x07 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"i\n\x1e\x42rokerRegistrationChangeRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x03 \x01(\x08\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"\x97\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\xed\x01\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x13\n\x06leader\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12$\n\x03isr\x18\x04 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12)\n\x08replicas\x18\x05 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12\x19\n\x11\x62ump_leader_epoch\x18\x06 \x01(\x08\x12 \n\x18\x65xpected_partition_epoch\x18\x07 \x01(\x05\x42\t\n\x07_leader\"\x88\x01\n\x0c\x43onfigRecord\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.tidelog.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"#\n\nNoOpRecord\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\"D\n\tAclRecord\x12\x0e\n\x06\x61\x63l_id\x18\x01 \x01(\x0c\x12\'\n\x07\x62inding\x18\x02 \x01(\x0b\x32\x16.tidelog.v1.AclBinding\"!\n\x0fRemoveAclRecord\x12\x0e\n\x06\x61\x63l_id\x18\x01 \x01(\x0c\"\xa2\x01\n\x19UserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12-\n\tmechanism\x18\x02 \x01(\x0e\x32\x1a.tidelog.v1.ScramMechanism\x12\x0c\n\x04salt\x18\x03 \x01(\x0c\x12\x12\n\nstored_key\x18\x04 \x01(\x0c\x12\x12\n\nserver_key\x18\x05 \x01(\x0c\x12\x12\n\niterations\x18\x06 \x01(\x05\"^\n\x1fRemoveUserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12-\n\tmechanism\x18\x02 \x01(\x0e\x32\x1a.tidelog.v1.ScramMechanism\"\xb0\x07\n\x0eMetadataRecord\x12;\n\x0fregister_broker\x18\x01 \x01(\x0b\x32 .tidelog.v1.RegisterBrokerRecordH\x00\x12?\n\x11unregister_broker\x18\x02 \x01(\x0b\x32\".tidelog.v1.UnregisterBrokerRecordH\x00\x12\x35\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32\x1d.tidelog.v1.FenceBrokerRecordH\x00\x12\x39\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32\x1f.tidelog.v1.UnfenceBrokerRecordH\x00\x12P\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32*.tidelog.v1.BrokerRegistrationChangeRecordH\x00\x12(\n\x05topic\x18\x06 \x01(\x0b\x32\x17.tidelog.v1.TopicRecordH\x00\x12\x35\n\x0cremove_topic\x18\x07 \x01(\x0b\x32\x1d.tidelog.v1.RemoveTopicRecordH\x00\x12\x30\n\tpartition\x18\x08 \x01(\x0b\x32\x1b.tidelog.v1.PartitionRecordH\x00\x12=\n\x10partition_change\x18\t \x01(\x0b\x32!.tidelog.v1.PartitionChangeRecordH\x00\x12*\n\x06\x63onfig\x18\n \x01(\x0b\x32\x18.tidelog.v1.ConfigRecordH\x00\x12\x35\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32\x1d.tidelog.v1.ProducerIdsRecordH\x00\x12\'\n\x05no_op\x18\x0c \x01(\x0b\x32\x16.tidelog.v1.NoOpRecordH\x00\x12$\n\x03\x61\x63l\x18\r \x01(\x0b\x32\x15.tidelog.v1.AclRecordH\x00\x12\x31\n\nremove_acl\x18\x0e \x01(\x0b\x32\x1b.tidelog.v1.RemoveAclRecordH\x00\x12\x46\n\x15user_scram_credential\x18\x0f \x01(\x0b\x32%.tidelog.v1.UserScramCredentialRecordH\x00\x12S\n\x1cremove_user_scram_credential\x18\x10 \x01(\x0b\x32+.tidelog.v1.RemoveUserScramCredentialRecordH\x00\x42\x08\n\x06record\"r\n\x13MetadataRecordBatch\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12+\n\x07records\x18\x02 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x16\n\x0e\x61ppend_time_ms\x18\x03 \x01(\x03\"\x84\x01\n\x10MetadataSnapshot\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x17\n\x0fmetadata_offset\x18\x02 \x01(\x03\x12+\n\x07records\x18\x03 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x12\n\ncluster_id\x18\x04 \x01(\t*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tidelog/v1/metadata.proto\x12\ntidelog.v1\x1a\x17tidelog/v1/common.proto\"\xef\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\x0c\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12&\n\x08\x65ndpoint\x18\x04 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x33\n\x15inter_broker_endpoint\x18\x07 \x01(\x0b\x32\x14.tidelog.v1.Endpoint\x12\x1b\n\x13\x63redential_verifier\x18\x08 \x01(\x0c\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"i\n\x1e\x42rokerRegistrationChangeRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x03 \x01(\x08\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"\x97\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\xed\x01\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x13\n\x06leader\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12$\n\x03isr\x18\x04 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12)\n\x08replicas\x18\x05 \x01(\x0b\x32\x17.tidelog.v1.ReplicaList\x12\x19\n\x11\x62ump_leader_epoch\x18\x06 \x01(\x08\x12 \n\x18\x65xpected_partition_epoch\x18\x07 \x01(\x05\x42\t\n\x07_leader\"\x88\x01\n\x0c\x43onfigRecord\x12\x35\n\rresource_type\x18\x01 \x01(\x0e\x32\x1e.tidelog.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"#\n\nNoOpRecord\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\"D\n\tAclRecord\x12\x0e\n\x06\x61\x63l_id\x18\x01 \x01(\x0c\x12\'\n\x07\x62inding\x18\x02 \x01(\x0b\x32\x16.tidelog.v1.AclBinding\"!\n\x0fRemoveAclRecord\x12\x0e\n\x06\x61\x63l_id\x18\x01 \x01(\x0c\"\xa2\x01\n\x19UserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12-\n\tmechanism\x18\x02 \x01(\x0e\x32\x1a.tidelog.v1.ScramMechanism\x12\x0c\n\x04salt\x18\x03 \x01(\x0c\x12\x12\n\nstored_key\x18\x04 \x01(\x0c\x12\x12\n\nserver_key\x18\x05 \x01(\x0c\x12\x12\n\niterations\x18\x06 \x01(\x05\"^\n\x1fRemoveUserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12-\n\tmechanism\x18\x02 \x01(\x0e\x32\x1a.tidelog.v1.ScramMechanism\"\xb0\x07\n\x0eMetadataRecord\x12;\n\x0fregister_broker\x18\x01 \x01(\x0b\x32 .tidelog.v1.RegisterBrokerRecordH\x00\x12?\n\x11unregister_broker\x18\x02 \x01(\x0b\x32\".tidelog.v1.UnregisterBrokerRecordH\x00\x12\x35\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32\x1d.tidelog.v1.FenceBrokerRecordH\x00\x12\x39\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32\x1f.tidelog.v1.UnfenceBrokerRecordH\x00\x12P\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32*.tidelog.v1.BrokerRegistrationChangeRecordH\x00\x12(\n\x05topic\x18\x06 \x01(\x0b\x32\x17.tidelog.v1.TopicRecordH\x00\x12\x35\n\x0cremove_topic\x18\x07 \x01(\x0b\x32\x1d.tidelog.v1.RemoveTopicRecordH\x00\x12\x30\n\tpartition\x18\x08 \x01(\x0b\x32\x1b.tidelog.v1.PartitionRecordH\x00\x12=\n\x10partition_change\x18\t \x01(\x0b\x32!.tidelog.v1.PartitionChangeRecordH\x00\x12*\n\x06\x63onfig\x18\n \x01(\x0b\x32\x18.tidelog.v1.ConfigRecordH\x00\x12\x35\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32\x1d.tidelog.v1.ProducerIdsRecordH\x00\x12\'\n\x05no_op\x18\x0c \x01(\x0b\x32\x16.tidelog.v1.NoOpRecordH\x00\x12$\n\x03\x61\x63l\x18\r \x01(\x0b\x32\x15.tidelog.v1.AclRecordH\x00\x12\x31\n\nremove_acl\x18\x0e \x01(\x0b\x32\x1b.tidelog.v1.RemoveAclRecordH\x00\x12\x46\n\x15user_scram_credential\x18\x0f \x01(\x0b\x32%.tidelog.v1.UserScramCredentialRecordH\x00\x12S\n\x1cremove_user_scram_credential\x18\x10 \x01(\x0b\x32+.tidelog.v1.RemoveUserScramCredentialRecordH\x00\x42\x08\n\x06record\"r\n\x13MetadataRecordBatch\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12+\n\x07records\x18\x02 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x16\n\x0e\x61ppend_time_ms\x18\x03 \x01(\x03\"\x84\x01\n\x10MetadataSnapshot\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x17\n\x0fmetadata_offset\x18\x02 \x01(\x03\x12+\n\x07records\x18\x03 \x03(\x0b\x32\x1a.tidelog.v1.MetadataRecord\x12\x12\n\ncluster_id\x18\x04 \x01(\t*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelog.v1.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=2887
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=2991
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=2916
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=3020
   _globals['_REGISTERBROKERRECORD']._serialized_start=67
-  _globals['_REGISTERBROKERRECORD']._serialized_end=277
-  _globals['_UNREGISTERBROKERRECORD']._serialized_start=279
-  _globals['_UNREGISTERBROKERRECORD']._serialized_end=344
-  _globals['_FENCEBROKERRECORD']._serialized_start=346
-  _globals['_FENCEBROKERRECORD']._serialized_end=406
-  _globals['_UNFENCEBROKERRECORD']._serialized_start=408
-  _globals['_UNFENCEBROKERRECORD']._serialized_end=470
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=472
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=577
-  _globals['_TOPICRECORD']._serialized_start=579
-  _globals['_TOPICRECORD']._serialized_end=624
-  _globals['_REMOVETOPICRECORD']._serialized_start=626
-  _globals['_REMOVETOPICRECORD']._serialized_end=663
-  _globals['_PARTITIONRECORD']._serialized_start=666
-  _globals['_PARTITIONRECORD']._serialized_end=817
-  _globals['_PARTITIONCHANGERECORD']._serialized_start=820
-  _globals['_PARTITIONCHANGERECORD']._serialized_end=1057
-  _globals['_CONFIGRECORD']._serialized_start=1060
-  _globals['_CONFIGRECORD']._serialized_end=1196
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1198
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1284
-  _globals['_NOOPRECORD']._serialized_start=1286
-  _globals['_NOOPRECORD']._serialized_end=1321
-  _globals['_ACLRECORD']._serialized_start=1323
-  _globals['_ACLRECORD']._serialized_end=1391
-  _globals['_REMOVEACLRECORD']._serialized_start=1393
-  _globals['_REMOVEACLRECORD']._serialized_end=1426
-  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_start=1429
-  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_end=1591
-  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_start=1593
-  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_end=1687
-  _globals['_METADATARECORD']._serialized_start=1690
-  _globals['_METADATARECORD']._serialized_end=2634
-  _globals['_METADATARECORDBATCH']._serialized_start=2636
-  _globals['_METADATARECORDBATCH']._serialized_end=2750
-  _globals['_METADATASNAPSHOT']._serialized_start=2753
-  _globals['_METADATASNAPSHOT']._serialized_end=2885
+  _globals['_REGISTERBROKERRECORD']._serialized_end=306
+  _globals['_UNREGISTERBROKERRECORD']._serialized_start=308
+  _globals['_UNREGISTERBROKERRECORD']._serialized_end=373
+  _globals['_FENCEBROKERRECORD']._serialized_start=375
+  _globals['_FENCEBROKERRECORD']._serialized_end=435
+  _globals['_UNFENCEBROKERRECORD']._serialized_start=437
+  _globals['_UNFENCEBROKERRECORD']._serialized_end=499
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=501
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=606
+  _globals['_TOPICRECORD']._serialized_start=608
+  _globals['_TOPICRECORD']._serialized_end=653
+  _globals['_REMOVETOPICRECORD']._serialized_start=655
+  _globals['_REMOVETOPICRECORD']._serialized_end=692
+  _globals['_PARTITIONRECORD']._serialized_start=695
+  _globals['_PARTITIONRECORD']._serialized_end=846
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=849
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=1086
+  _globals['_CONFIGRECORD']._serialized_start=1089
+  _globals['_CONFIGRECORD']._serialized_end=1225
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1227
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1313
+  _globals['_NOOPRECORD']._serialized_start=1315
+  _globals['_NOOPRECORD']._serialized_end=1350
+  _globals['_ACLRECORD']._serialized_start=1352
+  _globals['_ACLRECORD']._serialized_end=1420
+  _globals['_REMOVEACLRECORD']._serialized_start=1422
+  _globals['_REMOVEACLRECORD']._serialized_end=1455
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_start=1458
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_end=1620
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_start=1622
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_end=1716
+  _globals['_METADATARECORD']._serialized_start=1719
+  _globals['_METADATARECORD']._serialized_end=2663
+  _globals['_METADATARECORDBATCH']._serialized_start=2665
+  _globals['_METADATARECORDBATCH']._serialized_end=2779
+  _globals['_METADATASNAPSHOT']._serialized_start=2782
+  _globals['_METADATASNAPSHOT']._serialized_end=2914
 # @@protoc_insertion_point(module_scope)

@@ -18,7 +18,7 @@ CONFIG_RESOURCE_TOPIC: ConfigResourceType
 CONFIG_RESOURCE_BROKER: ConfigResourceType
 
 class RegisterBrokerRecord(_message.Message):
-    __slots__ = ("broker_id", "incarnation_id", "broker_epoch", "endpoint", "rack", "fenced", "inter_broker_endpoint")
+    __slots__ = ("broker_id", "incarnation_id", "broker_epoch", "endpoint", "rack", "fenced", "inter_broker_endpoint", "credential_verifier")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class RegisterBrokerRecord(_message.Message):
     RACK_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
     INTER_BROKER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_VERIFIER_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     incarnation_id: bytes
     broker_epoch: int
@@ -33,7 +34,8 @@ class RegisterBrokerRecord(_message.Message):
     rack: str
     fenced: bool
     inter_broker_endpoint: _common_pb2.Endpoint
-    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[bytes] = ..., broker_epoch: _Optional[int] = ..., endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ..., inter_broker_endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ...) -> None: ...
+    credential_verifier: bytes
+    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[bytes] = ..., broker_epoch: _Optional[int] = ..., endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ..., inter_broker_endpoint: _Optional[_Union[_common_pb2.Endpoint, _Mapping]] = ..., credential_verifier: _Optional[bytes] = ...) -> None: ...
 
 class UnregisterBrokerRecord(_message.Message):
     __slots__ = ("broker_id", "broker_epoch")
