@@ -24,6 +24,8 @@ Long-polls (Fetch ``max_wait_ms`` / ``min_bytes``, in :mod:`broker.handlers.fetc
 this registry's :mod:`broker.delayed` waiters; acks=all appends wait on their partition's
 waiters with ``timeout_ms`` (REQUEST_TIMED_OUT after it).
 Everything runs on the event loop; storage calls are fast enough to make there (tens of µs).
+Decoding is not: a produced batch's records are checked on the record-check threads when large
+(broker/produce_checks.py).
 """
 
 from __future__ import annotations
@@ -47,13 +49,19 @@ from broker.fetcher import (
 )
 from broker.metadata_listener import MetadataUpdate
 from broker.metrics import BrokerMetrics, PartitionGauges, TopicMetrics, partition_gauges
-from broker.partition import Partition, PartitionKey, log_config_of
+from broker.partition import AppendResult, Partition, PartitionKey, log_config_of
 from broker.partition_writer import (
     AppendOutcome,
     HighWatermarkListener,
     PartitionWriter,
     PendingAppend,
     TopicIdPartition,
+)
+from broker.produce_checks import (
+    CheckResult,
+    Produced,
+    RecordChecker,
+    start_checked_appends,
 )
 from broker.producer_ids import ControllerChannel, ProducerIdManager
 from broker.replication import ProposeIsr
@@ -96,7 +104,7 @@ log = logging.getLogger("tidelog.broker.replica_manager")
 
 #: A produce request above this is RECORD_LIST_TOO_LARGE for every partition (Kafka's
 #: socket.request.max.bytes, 100 MiB; gRPC itself refuses above GRPC_MESSAGE_BYTES_MAX).
-PRODUCE_REQUEST_BYTES_MAX = 100 * 1024 * 1024
+PRODUCE_REQUEST_BYTES_MAX = limits.PRODUCE_REQUEST_BYTES_MAX
 #: acks=all wait when the request says 0 (proto3's "unset"): Kafka's request.timeout.ms.
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 #: Longest acks=all wait a producer may ask for.
@@ -119,11 +127,10 @@ PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 GAUGES_INTERVAL_MS = 1_000
 #: The timer task's pace: every periodic job runs on one of these ticks.
 TICK_INTERVAL_MS = 100
+#: At stop, how long produce appends still in line may take to be refused (a record check
+#: already running ends first: ~0.5 s at most, limits.PRODUCE_REQUEST_RECORDS_MAX).
+QUEUED_APPENDS_STOP_WAIT_S = 2.0
 
-check(
-    PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX,
-    "a produce request must fit a gRPC message",
-)
 check(
     TICK_INTERVAL_MS <= GAUGES_INTERVAL_MS <= HW_CHECKPOINT_INTERVAL_MS,
     "the tick must come at least as often as the gauges and the HW checkpoint",
@@ -241,6 +248,9 @@ class ReplicaManager:
         self._topic_metrics: dict[str, TopicMetrics] = {}
         self._hw_listeners: list[HighWatermarkListener] = []
         self._tasks: list[asyncio.Task[None]] = []
+        #: Produce appends waiting for their records' check or their partition's turn.
+        self._queued_appends: set[asyncio.Future[PendingAppend]] = set()
+        self._record_checker = RecordChecker(name=f"-{broker_id}")
         self._started = False
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -258,6 +268,7 @@ class ReplicaManager:
             fetch_wait_max_ms=self.config.replica_fetch_wait_max_ms,
             fetch_backoff_ms=self.config.replica_fetch_backoff_ms,
             on_leader_unreachable=self._on_leader_unreachable)
+        self._record_checker = RecordChecker(name=f"-{self.broker_id}")
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run_timers(), name=f"replica-manager-{self.broker_id}-timers"),
@@ -281,6 +292,9 @@ class ReplicaManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.producer_ids.close()
+        # Appends still in line: their checks are cancelled and the partitions closed below,
+        # so each is refused (NOT_LEADER_OR_FOLLOWER, retriable) rather than appended.
+        self._record_checker.close()
         # Requests still arriving (the gRPC server stops after us) find no partition here and
         # answer NOT_LEADER_OR_FOLLOWER with a hint, which clients retry elsewhere.
         partitions, self._partitions = self._partitions, {}
@@ -288,6 +302,8 @@ class ReplicaManager:
             partition.close()
             with contextlib.suppress(TidelogError):
                 partition.maybe_save_producer_state()
+        if self._queued_appends:  # each now refused; a check still running ends first
+            await asyncio.wait(set(self._queued_appends), timeout=QUEUED_APPENDS_STOP_WAIT_S)
         self._follower_waiters.wake_all()
         self._consumer_waiters.wake_all()
         if self._storage is not None:
@@ -587,18 +603,73 @@ class ReplicaManager:
         """Append one record batch to ``tp`` as its leader; returns when ``acks`` are met
         (acks=all: the HW passed the batch, or REQUEST_TIMED_OUT after ``timeout_ms``; 0 means
         the default) or with the error. Never raises for a refused or failed append."""
-        pending = self.start_append(tp, batch, acks=acks, now_ms=_wall_ms(),
-                                    monotonic_ms=_monotonic_ms())
+        [appending] = self.start_produce([(tp, batch)], acks=acks, now_ms=_wall_ms(),
+                                         monotonic_ms=_monotonic_ms())
+        await asyncio.wait((appending,))
+        pending = appending.result()
         if pending.waiter is None:
             return pending.outcome
         return (await self.await_acks([pending], timeout_ms))[0]
 
+    def start_produce(self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int,
+                      now_ms: int, monotonic_ms: int) -> list[asyncio.Future[PendingAppend]]:
+        """Append the batches of one produce request as their leader (broker/produce_checks.py:
+        the request's bounds; records checked on the loop or on the record-check threads; each
+        partition's appends in the order their requests arrived). Returns each batch's
+        outcome in order, the acks=all wait in it as in :meth:`start_append`; a future is done
+        on return when its batch was appended (or refused) at once. Wait for them with
+        ``asyncio.wait`` (never cancel one: a later append of its partition waits for it)."""
+        loop = asyncio.get_running_loop()
+        out: list[asyncio.Future[PendingAppend] | None] = []
+        produced: list[Produced] = []
+        for tp, data in batches:
+            leader = self._produce_leader(tp, acks)
+            if isinstance(leader, Partition):
+                try:
+                    produced.append(Produced(tp, leader, leader.validate_produced(data, acks=acks),
+                                             len(data), leader.keys_required))
+                    out.append(None)
+                    continue
+                except Exception as e:  # a TidelogError, or a bug: answered, the rest go on
+                    leader = self._produce_failed(tp, leader, e)
+            done: asyncio.Future[PendingAppend] = loop.create_future()
+            done.set_result(leader)
+            out.append(done)
+
+        def append_now(p: Produced, checked: CheckResult, late: bool) -> PendingAppend:
+            if late:  # after the request's turn of the loop: the append's own clocks
+                return self._append_checked(p, checked, acks, _wall_ms(), _monotonic_ms())
+            return self._append_checked(p, checked, acks, now_ms, monotonic_ms)
+
+        started = start_checked_appends(produced, self._record_checker, append_now)
+        for future in started.values():
+            if not future.done():
+                self._queued_appends.add(future)
+                future.add_done_callback(self._queued_appends.discard)
+        remaining = iter(started[i] for i in range(len(produced)))
+        return [future if future is not None else next(remaining) for future in out]
+
     def start_append(self, tp: TopicIdPartition, batch: bytes, *, acks: int, now_ms: int,
                      monotonic_ms: int) -> PendingAppend:
-        """Append now, without awaiting anything (so the appends of one request, and of the
-        requests of one stream, keep their order); the acks=all wait is in the result, for
-        :meth:`await_acks`. ``now_ms`` is the wall clock (append time), ``monotonic_ms`` the
-        replication core's clock."""
+        """Append now, without awaiting anything (so a caller's appends keep its order), its
+        records checked on the event loop: the broker's own writers (the group coordinator's
+        small batches to ``__consumer_offsets``, which clients may not produce to). The acks=all
+        wait is in the result, for :meth:`await_acks`. ``now_ms`` is the wall clock (append
+        time), ``monotonic_ms`` the replication core's clock."""
+        leader = self._produce_leader(tp, acks)
+        if not isinstance(leader, Partition):
+            return leader
+        try:
+            check(not leader.appends_queued,
+                  f"{leader.name}: start_append behind produces still in line")
+            return self._pending(tp, leader, leader.append_as_leader(
+                batch, acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms))
+        except Exception as e:
+            return self._produce_failed(tp, leader, e)
+
+    def _produce_leader(self, tp: TopicIdPartition, acks: int) -> Partition | PendingAppend:
+        """The partition to append to, or the refusal (bad acks, metadata not caught up, not
+        hosted here)."""
         error = acks_error(acks) or self.metadata_refusal()
         if error is not None:
             return PendingAppend(tp, AppendOutcome(error))
@@ -606,15 +677,32 @@ class ReplicaManager:
         if partition is None:
             return PendingAppend(tp, AppendOutcome(NotLeaderOrFollowerError(
                 f"broker {self.broker_id} does not host partition {tp}")))
+        return partition
+
+    def _append_checked(self, p: Produced, checked: CheckResult, acks: int, now_ms: int,
+                        monotonic_ms: int) -> PendingAppend:
+        """Append one batch whose records were checked (broker/produce_checks.py)."""
+        if isinstance(checked, TidelogError):
+            return PendingAppend(p.tp, AppendOutcome(checked), p.partition)
         try:
-            appended = partition.append_as_leader(batch, acks=acks, now_ms=now_ms,
-                                                  monotonic_ms=monotonic_ms)
-        except TidelogError as e:
-            return PendingAppend(tp, AppendOutcome(e), partition)
-        except Exception as e:  # a bug: answer it, keep serving the rest
-            log.exception("broker %d: produce to %s failed", self.broker_id, partition.name)
-            return PendingAppend(tp, AppendOutcome(UnknownServerError(f"{type(e).__name__}: {e}")),
-                                 partition)
+            return self._pending(p.tp, p.partition, p.partition.append_checked(
+                p.batch, p.size, checked, acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms))
+        except Exception as e:
+            return self._produce_failed(p.tp, p.partition, e)
+
+    def _produce_failed(self, tp: TopicIdPartition, partition: Partition,
+                        error: Exception) -> PendingAppend:
+        """A refused append (a TidelogError: nothing appended), or a bug, answered so and
+        logged; the rest of the request goes on."""
+        if not isinstance(error, TidelogError):
+            log.error("broker %d: produce to %s failed", self.broker_id, partition.name,
+                      exc_info=error)
+            error = UnknownServerError(f"{type(error).__name__}: {error}")
+        return PendingAppend(tp, AppendOutcome(error), partition)
+
+    @staticmethod
+    def _pending(tp: TopicIdPartition, partition: Partition,
+                 appended: AppendResult) -> PendingAppend:
         outcome = AppendOutcome(appended.error, appended=True,
                                 base_offset=appended.base_offset,
                                 last_offset=appended.last_offset,
