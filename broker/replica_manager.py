@@ -18,14 +18,15 @@ ReplicaManager).
 * hands the core's ISR proposals to :mod:`broker.alter_partition` (batched AlterPartition
   requests to the active controller);
 * runs the timers (one task, one pace): ISR expiry, HW checkpoints, flush, retention, producer
-  state saves and expiry, stray partitions, metrics gauges.
+  state saves and expiry, stray partitions, metrics gauges, and starts log-cleaner passes (one
+  at a time, their decoding on the cleaner thread).
 
 Long-polls (Fetch ``max_wait_ms`` / ``min_bytes``, in :mod:`broker.handlers.fetch`) wait on
 this registry's :mod:`broker.delayed` waiters; acks=all appends wait on their partition's
 waiters with ``timeout_ms`` (REQUEST_TIMED_OUT after it).
 Everything runs on the event loop; storage calls are fast enough to make there (tens of µs).
 Decoding is not: a produced batch's records are checked on the record-check threads when large
-(broker/produce_checks.py).
+(broker/produce_checks.py), and the cleaner decodes on its own thread.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from broker.alter_partition import AlterPartitionManager
 from broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
@@ -70,6 +73,7 @@ from broker.spread_pass import SpreadPass
 from broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
 from broker.storage.cleaner import (
     CleanerConfig,
+    CleanerStats,
     choose_partitions_to_clean,
     clean_log,
     cleaning_candidate,
@@ -78,6 +82,7 @@ from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
+    CorruptMessageError,
     InvalidRequiredAcksError,
     KafkaStorageErrorError,
     NotLeaderOrFollowerError,
@@ -101,6 +106,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("tidelog.broker.replica_manager")
+T = TypeVar("T")
 
 #: A produce request above this is RECORD_LIST_TOO_LARGE for every partition (Kafka's
 #: socket.request.max.bytes, 100 MiB; gRPC itself refuses above GRPC_MESSAGE_BYTES_MAX).
@@ -251,6 +257,12 @@ class ReplicaManager:
         #: Produce appends waiting for their records' check or their partition's turn.
         self._queued_appends: set[asyncio.Future[PendingAppend]] = set()
         self._record_checker = RecordChecker(name=f"-{broker_id}")
+        #: Log compaction: one pass at a time, its decoding on this one thread (Kafka's
+        #: log.cleaner.threads, 1); the partitions it skips (a batch that does not decode).
+        self._cleaner_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"log-cleaner-{broker_id}")
+        self._cleaner_task: asyncio.Task[CleanerStats | None] | None = None
+        self._uncleanable: set[PartitionKey] = set()
         self._started = False
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -269,6 +281,8 @@ class ReplicaManager:
             fetch_backoff_ms=self.config.replica_fetch_backoff_ms,
             on_leader_unreachable=self._on_leader_unreachable)
         self._record_checker = RecordChecker(name=f"-{self.broker_id}")
+        self._cleaner_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"log-cleaner-{self.broker_id}")
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run_timers(), name=f"replica-manager-{self.broker_id}-timers"),
@@ -286,11 +300,13 @@ class ReplicaManager:
         self._started = False
         if self._fetchers is not None:
             await self._fetchers.stop()
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._cleaner_task] if self._cleaner_task else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._cleaner_thread.shutdown(wait=False, cancel_futures=True)
         await self.producer_ids.close()
         # Appends still in line: their checks are cancelled and the partitions closed below,
         # so each is refused (NOT_LEADER_OR_FOLLOWER, retriable) rather than appended.
@@ -464,6 +480,10 @@ class ReplicaManager:
 
     def _delete_partition(self, key: PartitionKey, *, why: str) -> None:
         partition = self._partitions.pop(key, None)
+        if key in self._uncleanable:
+            self._uncleanable.discard(key)
+            if self.metrics is not None:
+                self.metrics.cleaner_uncleanable_partitions.set(len(self._uncleanable))
         if self._fetchers is not None:
             self._fetchers.remove_partition(key)
         self._alter_partition.forget(key)
@@ -824,7 +844,7 @@ class ReplicaManager:
             return
         jobs: dict[str, Callable[[], object]] = {
             "hw": lambda: self.storage.checkpoint_high_watermarks(),
-            "cleaner": self._clean_logs,
+            "cleaner": self._maybe_start_cleaning,
             "gauges": self._update_gauges,
         }
         self._guarded(job, jobs[job])
@@ -859,14 +879,23 @@ class ReplicaManager:
         if removed and self.metrics is not None:
             self.metrics.retention_bytes_deleted.inc(removed)
 
-    def _clean_logs(self) -> None:
+    def _maybe_start_cleaning(self) -> None:
+        """The cleaner job: start a pass (:meth:`clean_logs`) unless one is still running."""
+        if self._cleaner_task is None or self._cleaner_task.done():
+            self._cleaner_task = asyncio.get_running_loop().create_task(
+                self.clean_logs(), name=f"replica-manager-{self.broker_id}-cleaner")
+
+    async def clean_logs(self) -> CleanerStats | None:
         """Log compaction (broker/storage/cleaner.py): one bounded pass over the dirtiest
-        compacted partition per run, on every replica (each cleans its own copy, below its HW)."""
+        compacted partition, on every replica (each cleans its own copy, below its HW), its
+        decoding on the cleaner thread. A partition whose pass meets a batch that does not
+        decode is skipped from then on (until the broker restarts), with one ERROR line and
+        ``log_cleaner_uncleanable_partitions``: the others are still cleaned."""
         now_ms = _wall_ms()
         candidates = []
         for p in self.partitions():
             c = p.config
-            if "compact" in c.cleanup_policy:
+            if "compact" in c.cleanup_policy and p.key not in self._uncleanable:
                 candidates.append(cleaning_candidate(p.log, CleanerConfig(
                     c.min_cleanable_dirty_ratio, c.min_compaction_lag_ms, c.max_compaction_lag_ms,
                     c.delete_retention_ms), now_ms=now_ms))
@@ -874,10 +903,39 @@ class ReplicaManager:
                     self.metrics.cleaner_dirty_ratio.labels(p.topic_name, str(p.partition_id)).set(
                         candidates[-1].cleanable.dirty_ratio)
         for chosen in choose_partitions_to_clean(candidates, now_ms=now_ms):
-            stats = clean_log(self.storage.log(*chosen.topic_partition), chosen.config,
-                              now_ms=now_ms)
+            key = (chosen.topic_partition.topic_id, chosen.topic_partition.partition)
+            try:
+                stats = await clean_log(self.storage.log(*key), chosen.config, now_ms=now_ms,
+                                        offload=self._offload_cleaning)
+            except CorruptMessageError as error:
+                self._mark_uncleanable(key, error)
+                return None
+            except TidelogError as error:  # storage failed, or the partition went meanwhile
+                log.error("broker %d: cleaning %s failed: %s", self.broker_id,
+                          chosen.topic_partition, error)
+                return None
             if stats is not None and self.metrics is not None:
                 self.metrics.cleaner_bytes_cleaned.inc(stats.bytes_read)
+            return stats
+        return None
+
+    def _offload_cleaning(self, work: Callable[[], T]) -> Awaitable[T]:
+        return asyncio.get_running_loop().run_in_executor(self._cleaner_thread, work)
+
+    def _mark_uncleanable(self, key: PartitionKey, error: TidelogError) -> None:
+        """Kafka's LogCleanerManager.markPartitionUncleanable: a batch the cleaner cannot decode
+        (stored before the leader checked records at produce) would fail every pass, and the
+        dirtiest partition is chosen first, so without this one partition would stop the
+        cleaner for the whole broker."""
+        partition = self._partitions.get(key)
+        name = partition.name if partition is not None else f"{key[0].hex()}-{key[1]}"
+        self._uncleanable.add(key)
+        log.error("broker %d: %s is skipped by the log cleaner until the broker restarts: it "
+                  "holds a batch that does not decode (%s); its other records are served as "
+                  "stored, and deleting the topic (or the records) removes it", self.broker_id,
+                  name, error.message)
+        if self.metrics is not None:
+            self.metrics.cleaner_uncleanable_partitions.set(len(self._uncleanable))
 
     def _update_gauges(self) -> None:
         """The 1 s job: stray logs, topic flush.ms, and binding the partition gauges. Its work

@@ -118,10 +118,17 @@ OFFSETS_PER_GROUP_MAX = 1_000_000
 #: Leader-epoch cache entries kept per partition (oldest dropped beyond it after truncation of
 #: the log start; Kafka keeps them all but they only grow with leader changes).
 LEADER_EPOCH_ENTRIES_MAX = 10_000
-#: Dirty bytes (not yet cleaned) one log-cleaner pass reads into its offset map (Kafka bounds
-#: the same thing with log.cleaner.dedupe.buffer.size): the next pass takes the rest.
-#: The broker runs a pass on its event loop, so this also bounds how long one pass holds it.
-CLEANER_PASS_DIRTY_BYTES_MAX = 4 * 1024 * 1024
+#: Dirty (not yet cleaned) records and uncompressed bytes one log-cleaner pass reads into its
+#: offset map (Kafka bounds the entries with log.cleaner.dedupe.buffer.size): the pass ends at
+#: the batch where either is reached (a pass always takes one batch) and the next takes the
+#: rest. They bound the map's memory and the decoding of its dirty part; counted from batch
+#: headers, since a compressed byte may hold many records.
+CLEANER_PASS_DIRTY_RECORDS_MAX = 500_000
+CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX = 32 * 1024 * 1024
+#: Bytes of stored batches a pass reads from RocksDB at a time, on the event loop, before it
+#: decodes them on the cleaner's thread (a pass never holds the loop for more than one read,
+#: one header parse per batch of it, or one write group).
+CLEANER_READ_BYTES_MAX = 1024 * 1024
 #: Bytes of old batches the cleaner replaces per RocksDB write batch (one atomic group).
 CLEANER_GROUP_BYTES_MAX = 1024 * 1024
 
@@ -172,8 +179,10 @@ check(
     "produce check bounds out of order",
 )
 check(
-    CLEANER_GROUP_BYTES_MAX <= CLEANER_PASS_DIRTY_BYTES_MAX,
-    "a cleaner write group must fit a pass",
+    CLEANER_GROUP_BYTES_MAX <= CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX
+    and CLEANER_READ_BYTES_MAX <= CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX
+    and CLEANER_PASS_DIRTY_RECORDS_MAX >= 1,
+    "cleaner bounds out of order",
 )
 check(
     PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX,

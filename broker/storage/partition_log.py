@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import NamedTuple
 
 from broker.storage.config import LogConfig
@@ -125,6 +125,7 @@ class PartitionLog:
         self._epochs = epochs
         self._meta_dirty = False  # HW or log start changed in memory only
         self._deleted = False
+        self._generation = 0
         self.check_invariants()
 
     # --- offsets ---------------------------------------------------------------------------
@@ -145,6 +146,13 @@ class PartitionLog:
     def size_bytes(self) -> int:
         """Bytes of stored batches (from the segment index; no scan)."""
         return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def generation(self) -> int:
+        """Counts the changes that remove batches or segments (truncation, retention, a moved
+        log start, deletion): a log cleaner pass that awaits between its reads and its writes
+        gives up when it changed meanwhile (appends and the cleaner's own writes leave it)."""
+        return self._generation
 
     @property
     def segments(self) -> list[Segment]:
@@ -512,6 +520,7 @@ class PartitionLog:
         self._store.write(wb)
         self._segments, self._epochs = kept, epochs
         self._log_end_offset, self._high_watermark, self._meta_dirty = cut, hw, False
+        self._generation += 1
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (a follower far behind the leader's log
@@ -530,6 +539,7 @@ class PartitionLog:
         self._segments, self._epochs = [], LeaderEpochCache()
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
         self._meta_dirty = False
+        self._generation += 1
 
     # --- log start and retention -----------------------------------------------------------
 
@@ -587,6 +597,7 @@ class PartitionLog:
         self._store.write(wb)
         self._segments, self._epochs = kept, epochs
         self._log_start_offset, self._meta_dirty = new_start, False
+        self._generation += 1
         return decision.removed_bytes if decision is not None else 0
 
     # --- log compaction (broker/storage/cleaner.py drives these) ---------------------------
@@ -600,7 +611,26 @@ class PartitionLog:
         value: int = CLEANER_CHECKPOINT.unpack(data)[0]
         return value
 
-    def scan_batches(self, from_offset: int, to_offset: int) -> Iterator[tuple[int, bytes]]:
+    def read_batches(self, from_offset: int, to_offset: int, max_bytes: int
+                     ) -> list[tuple[int, bytes]]:
+        """(base offset, stored bytes) of the batches keyed in [from_offset, to_offset), in
+        order: the first whatever its size, then while they total at most ``max_bytes``. One
+        read, no iterator left open (the log cleaner reads this way between awaits)."""
+        out: list[tuple[int, bytes]] = []
+        total = 0
+        batches = self.scan_batches(from_offset, to_offset)
+        try:
+            for base, data in batches:
+                if out and total + len(data) > max_bytes:
+                    break
+                out.append((base, data))
+                total += len(data)
+        finally:
+            batches.close()
+        return out
+
+    def scan_batches(self, from_offset: int, to_offset: int
+                     ) -> Generator[tuple[int, bytes], None, None]:
         """(base offset, stored bytes) of the batches keyed in [from_offset, to_offset), in
         order, as of one instant (a RocksDB iterator: later writes are not seen)."""
         self._check_usable()
@@ -674,6 +704,7 @@ class PartitionLog:
 
     def _mark_deleted(self) -> None:
         self._deleted = True
+        self._generation += 1
 
     def check_invariants(self) -> None:
         """Assert what must always hold (tests call it after every step)."""
