@@ -35,8 +35,10 @@ from tidelog.record_batch import (
     NewRecord,
     RecordBatch,
     RecordsBuilder,
+    _build_offset_deltas,
     _crc,
     _NotCanonical,
+    _RecordOffsets,
     _walk_records,
     batch_crc,
     build_batch,
@@ -156,6 +158,14 @@ def test_unusual_but_valid_encodings_pass(record: bytes, count: int) -> None:
     payload = delimited(1, record)
     assert reference(payload) is not None
     assert check_record_framing(payload, count) == -1
+
+
+@pytest.mark.parametrize("count", [1, 2, 127, 128, 129, 16_383, 16_384, 16_385, 70_000])
+def test_the_expected_offsets_are_what_protobuf_writes(count: int) -> None:
+    expected = _RecordOffsets()
+    for i in range(count):
+        expected.records.add(offset_delta=i)
+    assert _build_offset_deltas(count) == expected.SerializeToString()
 
 
 def test_a_key_written_twice_does_not_hide_a_keyless_record() -> None:
