@@ -30,7 +30,7 @@ PRODUCE_REQUEST_BYTES_MAX = 100 * 1024 * 1024
 #: its LogValidator decodes every record, in Java). Records and uncompressed bytes are summed
 #: over the request's batch headers before any batch is checked; past either bound every
 #: partition of the request is refused with RECORD_LIST_TOO_LARGE and nothing is decompressed.
-#: The check costs ~0.15-0.3 µs per record (~1 µs in batches of more than 65,536 records,
+#: The check costs ~0.1-0.3 µs per record (~1 µs in batches of more than 65,536 records,
 #: walked in Python so that no one call holds the GIL long) and ~1 ms per MiB decompressed
 #: (docs/brokers.md), so a request costs at most ~1 s of a record-check thread, never of the
 #: event loop. The producer (tidelog.client) keeps its requests within both.
