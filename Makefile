@@ -12,7 +12,7 @@ MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidel
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
 	controller/managers controller/placement.py controller/raft broker/storage \
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
-	broker/replica_manager.py broker/spread_pass.py broker/heap_freezer.py broker/partition.py broker/partition_writer.py broker/handlers \
+	broker/replica_manager.py broker/produce_checks.py broker/spread_pass.py broker/heap_freezer.py broker/partition.py broker/partition_writer.py broker/handlers \
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \
 	tidelog/spark tidelog/deploy tidelog/node_metrics.py tidelog/tls.py tidelog/certs.py tidelog/acl.py tidelog/scram.py broker/authz \
 	tidelog/cluster_secret.py tidelog/peer_auth.py \

@@ -169,6 +169,10 @@ class BrokerMetrics:
             p + "log_cleaner_dirty_ratio", "uncleaned share of the cleanable log, per compacted "
             "partition hosted here (at the last cleaner check)", ["topic", "partition"],
             registry=registry)
+        self.cleaner_uncleanable_partitions = Gauge(
+            p + "log_cleaner_uncleanable_partitions", "compacted partitions the cleaner skips "
+            "until the broker restarts: a pass met a batch that does not decode (Kafka's "
+            "uncleanable-partitions-count)", registry=registry)
         self.log_flushes = Counter(
             p + "log_flushes", "fsyncs forced by topic flush.messages / flush.ms (leader and "
             "follower appends)", registry=registry)

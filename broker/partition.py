@@ -6,9 +6,12 @@ A :class:`Partition` owns a :class:`~broker.storage.PartitionLog`, the pure
 core's module doc says, all on the broker's event loop and without an ``await`` inside any step,
 so no other request sees a half-done one:
 
-* **produce** (leader): ``check_produce`` → ``validate_batch`` (size, CRC; records are never
-  decoded) → producer check → ``append_as_leader`` (one WriteBatch) → ``ProducerStateTable.
-  on_append`` → ``on_local_append`` and its effects, before anything else can serve a fetch.
+* **produce** (leader): ``check_produce`` → ``validate_header`` (size, header) → the records
+  checked (``validate_records``: CRC, decompression, framing, keys for compacted topics; records
+  are never built), off the loop when large (broker/produce_checks.py; appends keep each
+  partition's order) → ``check_produce`` again → producer check → ``append_as_leader`` (one
+  WriteBatch) → ``ProducerStateTable.on_append`` → ``on_local_append`` and its effects, before
+  anything else can serve a fetch (no await from the second ``check_produce`` on).
   acks=all gets a waiter resolved by ``acks_all_outcome`` whenever the HW, role or ISR moves.
   Once the storage append returned, the batch is in the log: nothing after it (bookkeeping, a
   metric, the flush, the waiter) may raise to the caller, because an error that does not say
@@ -77,9 +80,9 @@ from tidelog.metadata.image import PartitionRegistration
 from tidelog.record_batch import (
     RecordBatch,
     batch_crc,
-    decode_records,
     parse_batch,
-    validate_batch,
+    validate_header,
+    validate_records,
 )
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode, TimestampType
@@ -194,6 +197,9 @@ class Partition:
         self._unflushed_batches = 0
         self._first_unflushed_ms = 0
         self._flush_generation = context.flush_generation
+        #: The turn of the last produced append that waits for its records' check (off the
+        #: loop): a later append of this partition waits for it (:meth:`next_turn`).
+        self._append_tail: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"Partition({self.topic_name}-{self.partition_id}, {self.state!r})"
@@ -285,19 +291,71 @@ class Partition:
 
     def append_as_leader(self, data: bytes, *, acks: int, now_ms: int,
                          monotonic_ms: int) -> AppendResult:
-        """Validate and append one produced batch; raises the TidelogError to answer with.
-        ``now_ms`` is the wall clock (append time), ``monotonic_ms`` the core's clock."""
-        state, config = self.state, self.config
-        error = state.check_produce(acks, config.min_insync_replicas)
+        """Validate, check and append one produced batch, all now (the typed append and tests;
+        the produce handler checks records off the loop: broker/produce_checks.py); raises the
+        TidelogError to answer with. ``now_ms`` is the wall clock (append time),
+        ``monotonic_ms`` the core's clock."""
+        batch = self.validate_produced(data, acks=acks)
+        keyless = validate_records(batch, find_keyless=self.keys_required)
+        return self.append_checked(batch, len(data), keyless if self.keys_required else None,
+                                   acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms)
+
+    @property
+    def appends_queued(self) -> bool:
+        """Whether a produced append taken earlier has not had its turn yet: a later append
+        must take a turn behind it (:meth:`next_turn`) rather than append now."""
+        tail = self._append_tail
+        return tail is not None and not tail.done()
+
+    def next_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """A place in line for a produced append that cannot append now (its records are
+        checked off the loop, or one before it is): (the turn to wait for, None when nothing
+        is ahead; its own turn, which the caller ends with ``set_result(None)`` once it has
+        appended or was refused, never earlier). Taken synchronously in request order, turns
+        keep the partition's appends in the order their requests arrived."""
+        before = self._append_tail if self.appends_queued else None
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._append_tail = mine
+        return before, mine
+
+    @property
+    def keys_required(self) -> bool:
+        """Kafka's LogValidator: a compacted topic keeps the latest record per key, so a record
+        without a key has no place in it."""
+        return "compact" in self.config.cleanup_policy
+
+    def validate_produced(self, data: bytes, *, acks: int) -> RecordBatch:
+        """The cheap half of a produce's checks, on the event loop, in Kafka's order:
+        leadership and min.insync.replicas, then size (max.message.bytes, segment.bytes) and
+        header; raises the TidelogError to answer with. The records are checked next
+        (``record_batch.validate_records``, off the loop when large), then
+        :meth:`append_checked`, which checks leadership again."""
+        config = self.config
+        error = self.state.check_produce(acks, config.min_insync_replicas)
         if error is not None:
             raise error
-        batch = validate_batch(data, max_bytes=config.max_message_bytes)
-        if "compact" in config.cleanup_policy:
-            # Decodes the records: the produce path does so for compacted topics only (DESIGN §4).
-            self._check_keys(batch)
+        batch = validate_header(data, max_bytes=config.max_message_bytes)
         if len(data) > config.segment_bytes:
             raise RecordListTooLargeError(
                 f"batch of {len(data)} bytes is larger than segment.bytes {config.segment_bytes}")
+        return batch
+
+    def append_checked(self, batch: RecordBatch, size: int, keyless: int | None, *, acks: int,
+                       now_ms: int, monotonic_ms: int) -> AppendResult:
+        """Append a batch whose records were checked; ``keyless`` is the check's first record
+        without a key (-1: none; None: keys not looked for, the topic was not compacted then).
+        Leadership, min.insync.replicas and the producer's sequence are checked now, at the
+        append; raises the TidelogError to answer with (nothing appended)."""
+        state, config = self.state, self.config
+        if self.closed:
+            raise NotLeaderOrFollowerError(f"{self.name} is no longer hosted on this broker")
+        error = state.check_produce(acks, config.min_insync_replicas)
+        if error is not None:
+            raise error
+        if self.keys_required:
+            if keyless is None:  # the topic became compacted while its records were checked
+                keyless = validate_records(batch, find_keyless=True)
+            self._refuse_keyless(keyless)
         if acks == _ACKS_ALL and len(self._waiters) >= ACKS_WAITERS_MAX:
             raise RequestTimedOutError(
                 f"{self.name}: {ACKS_WAITERS_MAX} acks=all produces are waiting already")
@@ -321,7 +379,7 @@ class Partition:
             # From here on the batch is in the log: failures are answered as appended.
             error = self._after_append(
                 "bookkeeping",
-                lambda: self._on_leader_append(batch, info, len(data), monotonic_ms),
+                lambda: self._on_leader_append(batch, info, size, monotonic_ms),
                 base_offset)
             # flush.ms is a duration: measured on the monotonic clock, so a wall-clock step
             # neither forces nor postpones an fsync.
@@ -336,18 +394,15 @@ class Partition:
         return AppendResult(base_offset, append_time_ms, self.log.log_start_offset, waiter,
                             error, last_offset=last_offset)
 
-    def _check_keys(self, batch: RecordBatch) -> None:
-        """Kafka's LogValidator: a compacted topic keeps the latest record per key, so a record
-        without a key has no place in it (INVALID_RECORD; nothing is appended). This is the only
-        place the produce path decodes records (DESIGN §4: the broker never does otherwise), and
-        only for compacted topics."""
-        for index, record in enumerate(decode_records(batch)):
-            if record.key is None:
-                policy = ",".join(sorted(self.config.cleanup_policy))
-                raise InvalidRecordError(
-                    f"{self.name}: topic {self.topic_name!r} is compacted (cleanup.policy="
-                    f"{policy}) and compacted topics need a key on every record; record {index} "
-                    "of the batch has none")
+    def _refuse_keyless(self, keyless: int) -> None:
+        """INVALID_RECORD for a compacted topic's batch with a keyless record (nothing is
+        appended), as Kafka's LogValidator."""
+        if keyless >= 0:
+            policy = ",".join(sorted(self.config.cleanup_policy))
+            raise InvalidRecordError(
+                f"{self.name}: topic {self.topic_name!r} is compacted (cleanup.policy="
+                f"{policy}) and compacted topics need a key on every record; record {keyless} "
+                "of the batch has none")
 
     def _append(self, batch: RecordBatch, now_ms: int) -> AppendInfo:
         """The storage append alone. When it raises, nothing was written and the error is

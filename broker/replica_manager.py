@@ -18,12 +18,15 @@ ReplicaManager).
 * hands the core's ISR proposals to :mod:`broker.alter_partition` (batched AlterPartition
   requests to the active controller);
 * runs the timers (one task, one pace): ISR expiry, HW checkpoints, flush, retention, producer
-  state saves and expiry, stray partitions, metrics gauges.
+  state saves and expiry, stray partitions, metrics gauges, and starts log-cleaner passes (one
+  at a time, their decoding on the cleaner thread).
 
 Long-polls (Fetch ``max_wait_ms`` / ``min_bytes``, in :mod:`broker.handlers.fetch`) wait on
 this registry's :mod:`broker.delayed` waiters; acks=all appends wait on their partition's
 waiters with ``timeout_ms`` (REQUEST_TIMED_OUT after it).
 Everything runs on the event loop; storage calls are fast enough to make there (tens of µs).
+Decoding is not: a produced batch's records are checked on the record-check threads when large
+(broker/produce_checks.py), and the cleaner decodes on its own thread.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from broker.alter_partition import AlterPartitionManager
 from broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
@@ -47,13 +52,19 @@ from broker.fetcher import (
 )
 from broker.metadata_listener import MetadataUpdate
 from broker.metrics import BrokerMetrics, PartitionGauges, TopicMetrics, partition_gauges
-from broker.partition import Partition, PartitionKey, log_config_of
+from broker.partition import AppendResult, Partition, PartitionKey, log_config_of
 from broker.partition_writer import (
     AppendOutcome,
     HighWatermarkListener,
     PartitionWriter,
     PendingAppend,
     TopicIdPartition,
+)
+from broker.produce_checks import (
+    CheckResult,
+    Produced,
+    RecordChecker,
+    start_checked_appends,
 )
 from broker.producer_ids import ControllerChannel, ProducerIdManager
 from broker.replication import ProposeIsr
@@ -62,6 +73,7 @@ from broker.spread_pass import SpreadPass
 from broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
 from broker.storage.cleaner import (
     CleanerConfig,
+    CleanerStats,
     choose_partitions_to_clean,
     clean_log,
     cleaning_candidate,
@@ -70,6 +82,7 @@ from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
+    CorruptMessageError,
     InconsistentTopicIdError,
     InvalidRequiredAcksError,
     KafkaStorageErrorError,
@@ -94,10 +107,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("tidelog.broker.replica_manager")
+T = TypeVar("T")
 
 #: A produce request above this is RECORD_LIST_TOO_LARGE for every partition (Kafka's
 #: socket.request.max.bytes, 100 MiB; gRPC itself refuses above GRPC_MESSAGE_BYTES_MAX).
-PRODUCE_REQUEST_BYTES_MAX = 100 * 1024 * 1024
+PRODUCE_REQUEST_BYTES_MAX = limits.PRODUCE_REQUEST_BYTES_MAX
 #: acks=all wait when the request says 0 (proto3's "unset"): Kafka's request.timeout.ms.
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 #: Longest acks=all wait a producer may ask for.
@@ -120,11 +134,10 @@ PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 GAUGES_INTERVAL_MS = 1_000
 #: The timer task's pace: every periodic job runs on one of these ticks.
 TICK_INTERVAL_MS = 100
+#: At stop, how long produce appends still in line may take to be refused (a record check
+#: already running ends first: ~0.5 s at most, limits.PRODUCE_REQUEST_RECORDS_MAX).
+QUEUED_APPENDS_STOP_WAIT_S = 2.0
 
-check(
-    PRODUCE_REQUEST_BYTES_MAX < limits.GRPC_MESSAGE_BYTES_MAX,
-    "a produce request must fit a gRPC message",
-)
 check(
     TICK_INTERVAL_MS <= GAUGES_INTERVAL_MS <= HW_CHECKPOINT_INTERVAL_MS,
     "the tick must come at least as often as the gauges and the HW checkpoint",
@@ -242,6 +255,15 @@ class ReplicaManager:
         self._topic_metrics: dict[str, TopicMetrics] = {}
         self._hw_listeners: list[HighWatermarkListener] = []
         self._tasks: list[asyncio.Task[None]] = []
+        #: Produce appends waiting for their records' check or their partition's turn.
+        self._queued_appends: set[asyncio.Future[PendingAppend]] = set()
+        self._record_checker = RecordChecker(name=f"-{broker_id}")
+        #: Log compaction: one pass at a time, its decoding on this one thread (Kafka's
+        #: log.cleaner.threads, 1); the partitions it skips (a batch that does not decode).
+        self._cleaner_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"log-cleaner-{broker_id}")
+        self._cleaner_task: asyncio.Task[CleanerStats | None] | None = None
+        self._uncleanable: set[PartitionKey] = set()
         self._started = False
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -259,6 +281,9 @@ class ReplicaManager:
             fetch_wait_max_ms=self.config.replica_fetch_wait_max_ms,
             fetch_backoff_ms=self.config.replica_fetch_backoff_ms,
             on_leader_unreachable=self._on_leader_unreachable)
+        self._record_checker = RecordChecker(name=f"-{self.broker_id}")
+        self._cleaner_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"log-cleaner-{self.broker_id}")
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run_timers(), name=f"replica-manager-{self.broker_id}-timers"),
@@ -276,12 +301,17 @@ class ReplicaManager:
         self._started = False
         if self._fetchers is not None:
             await self._fetchers.stop()
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._cleaner_task] if self._cleaner_task else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._cleaner_thread.shutdown(wait=False, cancel_futures=True)
         await self.producer_ids.close()
+        # Appends still in line: their checks are cancelled and the partitions closed below,
+        # so each is refused (NOT_LEADER_OR_FOLLOWER, retriable) rather than appended.
+        self._record_checker.close()
         # Requests still arriving (the gRPC server stops after us) find no partition here and
         # answer NOT_LEADER_OR_FOLLOWER with a hint, which clients retry elsewhere.
         partitions, self._partitions = self._partitions, {}
@@ -289,6 +319,8 @@ class ReplicaManager:
             partition.close()
             with contextlib.suppress(TidelogError):
                 partition.maybe_save_producer_state()
+        if self._queued_appends:  # each now refused; a check still running ends first
+            await asyncio.wait(set(self._queued_appends), timeout=QUEUED_APPENDS_STOP_WAIT_S)
         self._follower_waiters.wake_all()
         self._consumer_waiters.wake_all()
         if self._storage is not None:
@@ -449,6 +481,10 @@ class ReplicaManager:
 
     def _delete_partition(self, key: PartitionKey, *, why: str) -> None:
         partition = self._partitions.pop(key, None)
+        if key in self._uncleanable:
+            self._uncleanable.discard(key)
+            if self.metrics is not None:
+                self.metrics.cleaner_uncleanable_partitions.set(len(self._uncleanable))
         if self._fetchers is not None:
             self._fetchers.remove_partition(key)
         self._alter_partition.forget(key)
@@ -586,18 +622,73 @@ class ReplicaManager:
         """Append one record batch to ``tp`` as its leader; returns when ``acks`` are met
         (acks=all: the HW passed the batch, or REQUEST_TIMED_OUT after ``timeout_ms``; 0 means
         the default) or with the error. Never raises for a refused or failed append."""
-        pending = self.start_append(tp, batch, acks=acks, now_ms=_wall_ms(),
-                                    monotonic_ms=_monotonic_ms())
+        [appending] = self.start_produce([(tp, batch)], acks=acks, now_ms=_wall_ms(),
+                                         monotonic_ms=_monotonic_ms())
+        await asyncio.wait((appending,))
+        pending = appending.result()
         if pending.waiter is None:
             return pending.outcome
         return (await self.await_acks([pending], timeout_ms))[0]
 
+    def start_produce(self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int,
+                      now_ms: int, monotonic_ms: int) -> list[asyncio.Future[PendingAppend]]:
+        """Append the batches of one produce request as their leader (broker/produce_checks.py:
+        the request's bounds; records checked on the loop or on the record-check threads; each
+        partition's appends in the order their requests arrived). Returns each batch's
+        outcome in order, the acks=all wait in it as in :meth:`start_append`; a future is done
+        on return when its batch was appended (or refused) at once. Wait for them with
+        ``asyncio.wait`` (never cancel one: a later append of its partition waits for it)."""
+        loop = asyncio.get_running_loop()
+        out: list[asyncio.Future[PendingAppend] | None] = []
+        produced: list[Produced] = []
+        for tp, data in batches:
+            leader = self._produce_leader(tp, acks)
+            if isinstance(leader, Partition):
+                try:
+                    produced.append(Produced(tp, leader, leader.validate_produced(data, acks=acks),
+                                             len(data), leader.keys_required))
+                    out.append(None)
+                    continue
+                except Exception as e:  # a TidelogError, or a bug: answered, the rest go on
+                    leader = self._produce_failed(tp, leader, e)
+            done: asyncio.Future[PendingAppend] = loop.create_future()
+            done.set_result(leader)
+            out.append(done)
+
+        def append_now(p: Produced, checked: CheckResult, late: bool) -> PendingAppend:
+            if late:  # after the request's turn of the loop: the append's own clocks
+                return self._append_checked(p, checked, acks, _wall_ms(), _monotonic_ms())
+            return self._append_checked(p, checked, acks, now_ms, monotonic_ms)
+
+        started = start_checked_appends(produced, self._record_checker, append_now)
+        for future in started.values():
+            if not future.done():
+                self._queued_appends.add(future)
+                future.add_done_callback(self._queued_appends.discard)
+        remaining = iter(started[i] for i in range(len(produced)))
+        return [future if future is not None else next(remaining) for future in out]
+
     def start_append(self, tp: TopicIdPartition, batch: bytes, *, acks: int, now_ms: int,
                      monotonic_ms: int) -> PendingAppend:
-        """Append now, without awaiting anything (so the appends of one request, and of the
-        requests of one stream, keep their order); the acks=all wait is in the result, for
-        :meth:`await_acks`. ``now_ms`` is the wall clock (append time), ``monotonic_ms`` the
-        replication core's clock."""
+        """Append now, without awaiting anything (so a caller's appends keep its order), its
+        records checked on the event loop: the broker's own writers (the group coordinator's
+        small batches to ``__consumer_offsets``, which clients may not produce to). The acks=all
+        wait is in the result, for :meth:`await_acks`. ``now_ms`` is the wall clock (append
+        time), ``monotonic_ms`` the replication core's clock."""
+        leader = self._produce_leader(tp, acks)
+        if not isinstance(leader, Partition):
+            return leader
+        try:
+            check(not leader.appends_queued,
+                  f"{leader.name}: start_append behind produces still in line")
+            return self._pending(tp, leader, leader.append_as_leader(
+                batch, acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms))
+        except Exception as e:
+            return self._produce_failed(tp, leader, e)
+
+    def _produce_leader(self, tp: TopicIdPartition, acks: int) -> Partition | PendingAppend:
+        """The partition to append to, or the refusal (bad acks, metadata not caught up, not
+        hosted here)."""
         error = acks_error(acks) or self.metadata_refusal()
         if error is not None:
             return PendingAppend(tp, AppendOutcome(error))
@@ -605,15 +696,32 @@ class ReplicaManager:
         if partition is None:
             return PendingAppend(tp, AppendOutcome(NotLeaderOrFollowerError(
                 f"broker {self.broker_id} does not host partition {tp}")))
+        return partition
+
+    def _append_checked(self, p: Produced, checked: CheckResult, acks: int, now_ms: int,
+                        monotonic_ms: int) -> PendingAppend:
+        """Append one batch whose records were checked (broker/produce_checks.py)."""
+        if isinstance(checked, TidelogError):
+            return PendingAppend(p.tp, AppendOutcome(checked), p.partition)
         try:
-            appended = partition.append_as_leader(batch, acks=acks, now_ms=now_ms,
-                                                  monotonic_ms=monotonic_ms)
-        except TidelogError as e:
-            return PendingAppend(tp, AppendOutcome(e), partition)
-        except Exception as e:  # a bug: answer it, keep serving the rest
-            log.exception("broker %d: produce to %s failed", self.broker_id, partition.name)
-            return PendingAppend(tp, AppendOutcome(UnknownServerError(f"{type(e).__name__}: {e}")),
-                                 partition)
+            return self._pending(p.tp, p.partition, p.partition.append_checked(
+                p.batch, p.size, checked, acks=acks, now_ms=now_ms, monotonic_ms=monotonic_ms))
+        except Exception as e:
+            return self._produce_failed(p.tp, p.partition, e)
+
+    def _produce_failed(self, tp: TopicIdPartition, partition: Partition,
+                        error: Exception) -> PendingAppend:
+        """A refused append (a TidelogError: nothing appended), or a bug, answered so and
+        logged; the rest of the request goes on."""
+        if not isinstance(error, TidelogError):
+            log.error("broker %d: produce to %s failed", self.broker_id, partition.name,
+                      exc_info=error)
+            error = UnknownServerError(f"{type(error).__name__}: {error}")
+        return PendingAppend(tp, AppendOutcome(error), partition)
+
+    @staticmethod
+    def _pending(tp: TopicIdPartition, partition: Partition,
+                 appended: AppendResult) -> PendingAppend:
         outcome = AppendOutcome(appended.error, appended=True,
                                 base_offset=appended.base_offset,
                                 last_offset=appended.last_offset,
@@ -735,7 +843,7 @@ class ReplicaManager:
             return
         jobs: dict[str, Callable[[], object]] = {
             "hw": lambda: self.storage.checkpoint_high_watermarks(),
-            "cleaner": self._clean_logs,
+            "cleaner": self._maybe_start_cleaning,
             "gauges": self._update_gauges,
         }
         self._guarded(job, jobs[job])
@@ -770,14 +878,23 @@ class ReplicaManager:
         if removed and self.metrics is not None:
             self.metrics.retention_bytes_deleted.inc(removed)
 
-    def _clean_logs(self) -> None:
+    def _maybe_start_cleaning(self) -> None:
+        """The cleaner job: start a pass (:meth:`clean_logs`) unless one is still running."""
+        if self._cleaner_task is None or self._cleaner_task.done():
+            self._cleaner_task = asyncio.get_running_loop().create_task(
+                self.clean_logs(), name=f"replica-manager-{self.broker_id}-cleaner")
+
+    async def clean_logs(self) -> CleanerStats | None:
         """Log compaction (broker/storage/cleaner.py): one bounded pass over the dirtiest
-        compacted partition per run, on every replica (each cleans its own copy, below its HW)."""
+        compacted partition, on every replica (each cleans its own copy, below its HW), its
+        decoding on the cleaner thread. A partition whose pass meets a batch that does not
+        decode is skipped from then on (until the broker restarts), with one ERROR line and
+        ``log_cleaner_uncleanable_partitions``: the others are still cleaned."""
         now_ms = _wall_ms()
         candidates = []
         for p in self.partitions():
             c = p.config
-            if "compact" in c.cleanup_policy:
+            if "compact" in c.cleanup_policy and p.key not in self._uncleanable:
                 candidates.append(cleaning_candidate(p.log, CleanerConfig(
                     c.min_cleanable_dirty_ratio, c.min_compaction_lag_ms, c.max_compaction_lag_ms,
                     c.delete_retention_ms), now_ms=now_ms))
@@ -785,10 +902,39 @@ class ReplicaManager:
                     self.metrics.cleaner_dirty_ratio.labels(p.topic_name, str(p.partition_id)).set(
                         candidates[-1].cleanable.dirty_ratio)
         for chosen in choose_partitions_to_clean(candidates, now_ms=now_ms):
-            stats = clean_log(self.storage.log(*chosen.topic_partition), chosen.config,
-                              now_ms=now_ms)
+            key = (chosen.topic_partition.topic_id, chosen.topic_partition.partition)
+            try:
+                stats = await clean_log(self.storage.log(*key), chosen.config, now_ms=now_ms,
+                                        offload=self._offload_cleaning)
+            except CorruptMessageError as error:
+                self._mark_uncleanable(key, error)
+                return None
+            except TidelogError as error:  # storage failed, or the partition went meanwhile
+                log.error("broker %d: cleaning %s failed: %s", self.broker_id,
+                          chosen.topic_partition, error)
+                return None
             if stats is not None and self.metrics is not None:
                 self.metrics.cleaner_bytes_cleaned.inc(stats.bytes_read)
+            return stats
+        return None
+
+    def _offload_cleaning(self, work: Callable[[], T]) -> Awaitable[T]:
+        return asyncio.get_running_loop().run_in_executor(self._cleaner_thread, work)
+
+    def _mark_uncleanable(self, key: PartitionKey, error: TidelogError) -> None:
+        """Kafka's LogCleanerManager.markPartitionUncleanable: a batch the cleaner cannot decode
+        (stored before the leader checked records at produce) would fail every pass, and the
+        dirtiest partition is chosen first, so without this one partition would stop the
+        cleaner for the whole broker."""
+        partition = self._partitions.get(key)
+        name = partition.name if partition is not None else f"{key[0].hex()}-{key[1]}"
+        self._uncleanable.add(key)
+        log.error("broker %d: %s is skipped by the log cleaner until the broker restarts: it "
+                  "holds a batch that does not decode (%s); its other records are served as "
+                  "stored, and deleting the topic (or the records) removes it", self.broker_id,
+                  name, error.message)
+        if self.metrics is not None:
+            self.metrics.cleaner_uncleanable_partitions.set(len(self._uncleanable))
 
     def _update_gauges(self) -> None:
         """The 1 s job: stray logs, topic flush.ms, and binding the partition gauges. Its work

@@ -13,7 +13,9 @@ from tidelog.invariants import check
 MESSAGE_BYTES_MAX = 1_048_588
 #: The largest max.message.bytes a topic may configure.
 MESSAGE_BYTES_MAX_CONFIGURABLE = 64 * 1024 * 1024
-#: Records in one batch. Kafka has no such limit; one bounds decoding work and memory.
+#: Records in one batch. Kafka has no such limit; one bounds decoding work and memory. A
+#: property of the format (followers, consumers and the cleaner check it too), so lowering it
+#: would make stored batches unreadable: what one request may cost is bounded below.
 BATCH_RECORDS_MAX = 1_000_000
 #: Uncompressed payload of one batch; bounds decompression (a "zip bomb" is refused here).
 BATCH_UNCOMPRESSED_BYTES_MAX = 128 * 1024 * 1024
@@ -21,6 +23,28 @@ BATCH_UNCOMPRESSED_BYTES_MAX = 128 * 1024 * 1024
 RECORD_HEADERS_MAX = 1024
 
 # --- requests and gRPC ----------------------------------------------------------------------
+#: Bytes of one produce request (Kafka's socket.request.max.bytes); larger is
+#: RECORD_LIST_TOO_LARGE for every partition.
+PRODUCE_REQUEST_BYTES_MAX = 100 * 1024 * 1024
+#: What the leader's record check of one produce request may cost (Kafka has no such limits:
+#: its LogValidator decodes every record, in Java). Records and uncompressed bytes are summed
+#: over the request's batch headers before any batch is checked; past either bound every
+#: partition of the request is refused with RECORD_LIST_TOO_LARGE and nothing is decompressed.
+#: The check costs ~0.1-0.3 µs per record (~1 µs in batches of more than 65,536 records,
+#: walked in Python so that no one call holds the GIL long) and ~1 ms per MiB decompressed
+#: (docs/brokers.md), so a request costs at most ~1 s of a record-check thread, never of the
+#: event loop. The producer (tidelog.client) keeps its requests within both.
+PRODUCE_REQUEST_RECORDS_MAX = 1_000_000
+PRODUCE_REQUEST_UNCOMPRESSED_BYTES_MAX = 128 * 1024 * 1024
+#: Of one produce request, the batches checked on the event loop itself, in request order,
+#: while their records and uncompressed bytes stay within these (~1 ms of the loop): a hop to
+#: a check thread and back costs more than checking a producer's usual 16 KiB batch. The rest
+#: go to the record-check threads, in one job per request.
+PRODUCE_INLINE_CHECK_RECORDS_MAX = 4_096
+PRODUCE_INLINE_CHECK_BYTES_MAX = 512 * 1024
+#: Threads that check produced batches (CRC, decompression, record framing) off the event loop;
+#: a bound on the CPU and memory (one decompressed batch each) that checks take at once.
+RECORD_CHECK_THREADS = 2
 #: Produce/fetch request and response size limit on the gRPC channel (socket.request.max.bytes
 #: is 100 MiB in Kafka); must hold a configured max message with room for framing.
 GRPC_MESSAGE_BYTES_MAX = 128 * 1024 * 1024
@@ -124,10 +148,17 @@ OFFSETS_PER_GROUP_MAX = 1_000_000
 #: Leader-epoch cache entries kept per partition (oldest dropped beyond it after truncation of
 #: the log start; Kafka keeps them all but they only grow with leader changes).
 LEADER_EPOCH_ENTRIES_MAX = 10_000
-#: Dirty bytes (not yet cleaned) one log-cleaner pass reads into its offset map (Kafka bounds
-#: the same thing with log.cleaner.dedupe.buffer.size): the next pass takes the rest.
-#: The broker runs a pass on its event loop, so this also bounds how long one pass holds it.
-CLEANER_PASS_DIRTY_BYTES_MAX = 4 * 1024 * 1024
+#: Dirty (not yet cleaned) records and uncompressed bytes one log-cleaner pass reads into its
+#: offset map (Kafka bounds the entries with log.cleaner.dedupe.buffer.size): the pass ends at
+#: the batch where either is reached (a pass always takes one batch) and the next takes the
+#: rest. They bound the map's memory and the decoding of its dirty part; counted from batch
+#: headers, since a compressed byte may hold many records.
+CLEANER_PASS_DIRTY_RECORDS_MAX = 500_000
+CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX = 32 * 1024 * 1024
+#: Bytes of stored batches a pass reads from RocksDB at a time, on the event loop, before it
+#: decodes them on the cleaner's thread (a pass never holds the loop for more than one read,
+#: one header parse per batch of it, or one write group).
+CLEANER_READ_BYTES_MAX = 1024 * 1024
 #: Bytes of old batches the cleaner replaces per RocksDB write batch (one atomic group).
 CLEANER_GROUP_BYTES_MAX = 1024 * 1024
 
@@ -157,8 +188,31 @@ check(
     "group limits out of order",
 )
 check(
-    CLEANER_GROUP_BYTES_MAX <= CLEANER_PASS_DIRTY_BYTES_MAX,
-    "a cleaner write group must fit a pass",
+    MESSAGE_BYTES_MAX_CONFIGURABLE <= BATCH_UNCOMPRESSED_BYTES_MAX,
+    "an uncompressed batch of the largest max.message.bytes must be a valid batch",
+)
+check(
+    BATCH_RECORDS_MAX <= PRODUCE_REQUEST_RECORDS_MAX
+    and BATCH_UNCOMPRESSED_BYTES_MAX <= PRODUCE_REQUEST_UNCOMPRESSED_BYTES_MAX,
+    "a produce request must hold a batch of the largest size",
+)
+check(
+    MESSAGE_BYTES_MAX_CONFIGURABLE <= PRODUCE_REQUEST_BYTES_MAX < GRPC_MESSAGE_BYTES_MAX
+    and PRODUCE_REQUEST_BYTES_MAX <= PRODUCE_REQUEST_UNCOMPRESSED_BYTES_MAX,
+    "produce request sizes out of order (a request of uncompressed batches must fit both "
+    "bounds, and a producer's max_request_size, at most MESSAGE_BYTES_MAX_CONFIGURABLE, too)",
+)
+check(
+    0 < PRODUCE_INLINE_CHECK_RECORDS_MAX <= PRODUCE_REQUEST_RECORDS_MAX
+    and 0 < PRODUCE_INLINE_CHECK_BYTES_MAX <= PRODUCE_REQUEST_UNCOMPRESSED_BYTES_MAX
+    and RECORD_CHECK_THREADS >= 1,
+    "produce check bounds out of order",
+)
+check(
+    CLEANER_GROUP_BYTES_MAX <= CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX
+    and CLEANER_READ_BYTES_MAX <= CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX
+    and CLEANER_PASS_DIRTY_RECORDS_MAX >= 1,
+    "cleaner bounds out of order",
 )
 check(
     PARTITIONS_PER_CREATE_REQUEST_MAX <= PARTITIONS_PER_REQUEST_MAX,

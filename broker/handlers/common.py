@@ -5,6 +5,7 @@ a client retries elsewhere, the error counter)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Protocol, cast
 
@@ -71,8 +72,8 @@ class HandlerRegistry(Protocol):
 
     def leader_hint(self, topic_id: bytes, partition_id: int) -> common_pb2.LeaderHint: ...
 
-    def start_append(self, tp: TopicIdPartition, batch: bytes, *, acks: int, now_ms: int,
-                     monotonic_ms: int) -> PendingAppend: ...
+    def start_produce(self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int,
+                      now_ms: int, monotonic_ms: int) -> list[asyncio.Future[PendingAppend]]: ...
 
     async def await_acks(self, pending: Sequence[PendingAppend],
                          timeout_ms: int) -> list[AppendOutcome]: ...

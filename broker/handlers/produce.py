@@ -1,13 +1,15 @@
 """BrokerService.Produce: validate the request, append each partition through the registry's
-typed append (all partitions first, in request order, then one acks=all wait for them all), and
-answer per partition.
+``start_produce`` (every partition takes its place in line first, in request order; then the
+appends, and one acks=all wait for them all), and answer per partition.
 
 Request-level refusals answer every partition: INVALID_REQUIRED_ACKS (acks not -1/0/1),
 RECORD_LIST_TOO_LARGE (above ``produce.request.bytes.max``), NOT_LEADER_OR_FOLLOWER while this
 broker's metadata is not confirmed caught up; an unknown partition's own error comes first.
 A produce to an internal topic (``__consumer_offsets``) is INVALID_TOPIC_EXCEPTION, before all
-else, as in Kafka. A batch with a keyless record for a compacted topic is INVALID_RECORD (the
-partition checks it: broker/partition.py, the only place records are decoded on this path).
+else, as in Kafka. Every batch's records are checked before it is appended (CORRUPT_MESSAGE when
+they do not decode or disagree with the header; INVALID_RECORD for a keyless record in a
+compacted topic), on the event loop or off it, within the request's bounds (RECORD_LIST_TOO_LARGE
+past them): broker/produce_checks.py.
 A failure after the batch is in the log (the flush, the acks=all wait: KAFKA_STORAGE_ERROR,
 NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT) is answered with ``appended=true``: the
 batch may yet be committed. Nothing a client sends makes it raise.
@@ -15,6 +17,7 @@ batch may yet be committed. Nothing a client sends makes it raise.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from broker.handlers.common import HandlerRegistry, set_error
@@ -53,7 +56,8 @@ async def handle_produce(registry: HandlerRegistry,
     started = time.perf_counter()
     common = _request_error(registry, request)
     response = pb.ProduceResponse()
-    pending: list[tuple[pb.ProduceResponse.PartitionResponse, PendingAppend]] = []
+    batches: list[tuple[TopicIdPartition, bytes]] = []
+    results: list[pb.ProduceResponse.PartitionResponse] = []
     now_ms, monotonic_ms = int(time.time() * 1000), int(time.monotonic() * 1000)
     for topic in request.topics:
         answer = response.topics.add(name=topic.name)
@@ -62,35 +66,49 @@ async def handle_produce(registry: HandlerRegistry,
                                            log_append_time_ms=-1, log_start_offset=-1)
             topic_id, _, error = registry.lookup(None, topic.name, data.partition_id)
             error = _internal_topic_error(topic.name) or error or common
-            appending: PendingAppend | None = None
             if error is None and topic_id is not None:
-                appending = registry.start_append(
-                    TopicIdPartition(topic_id, data.partition_id), data.batch,
-                    acks=request.acks, now_ms=now_ms, monotonic_ms=monotonic_ms)
-                if not appending.outcome.appended:
-                    error = appending.outcome.error
-            if error is not None or appending is None:
-                if error is not None:
-                    set_error(registry, result, error, topic_id, data.partition_id, "produce")
-                continue
-            outcome = appending.outcome
-            result.base_offset = outcome.base_offset
-            result.log_append_time_ms = outcome.log_append_time_ms
-            result.log_start_offset = outcome.log_start_offset
-            if outcome.error is not None:
-                # It failed after the append (the flush): the batch is in the log and may be
-                # committed, so say so; the offsets stay, as they are known.
-                result.appended = True
-                set_error(registry, result, outcome.error, topic_id, data.partition_id,
-                          "produce")
-            elif appending.waiter is not None:
-                pending.append((result, appending))
+                batches.append((TopicIdPartition(topic_id, data.partition_id), data.batch))
+                results.append(result)
+            elif error is not None:
+                set_error(registry, result, error, topic_id, data.partition_id, "produce")
+    # Every batch takes its place in its partition's line now, before any await: appends keep
+    # the order requests arrive in (broker/produce_checks.py). Most are appended already.
+    appending = registry.start_produce(batches, acks=request.acks, now_ms=now_ms,
+                                       monotonic_ms=monotonic_ms)
+    waiting = [future for future in appending if not future.done()]
+    if waiting:
+        await asyncio.wait(waiting)  # never cancels them: a later append may wait for one
+    pending: list[tuple[pb.ProduceResponse.PartitionResponse, PendingAppend]] = []
+    for result, future in zip(results, appending, strict=True):
+        appended = future.result()
+        if _answer_append(registry, result, appended):
+            pending.append((result, appended))
     if pending:
         await _await_acks(registry, pending, request.timeout_ms)
     if registry.metrics is not None:
         registry.metrics.latency["produce", outcome_of(0, response.topics)].observe(
             time.perf_counter() - started)
     return response
+
+
+def _answer_append(registry: HandlerRegistry, result: pb.ProduceResponse.PartitionResponse,
+                   appending: PendingAppend) -> bool:
+    """Fill one partition's answer from its append; True when it waits for acks=all."""
+    outcome, tp = appending.outcome, appending.tp
+    if not outcome.appended:
+        if outcome.error is not None:
+            set_error(registry, result, outcome.error, tp.topic_id, tp.partition_id, "produce")
+        return False
+    result.base_offset = outcome.base_offset
+    result.log_append_time_ms = outcome.log_append_time_ms
+    result.log_start_offset = outcome.log_start_offset
+    if outcome.error is not None:
+        # It failed after the append (the flush): the batch is in the log and may be
+        # committed, so say so; the offsets stay, as they are known.
+        result.appended = True
+        set_error(registry, result, outcome.error, tp.topic_id, tp.partition_id, "produce")
+        return False
+    return appending.waiter is not None
 
 
 async def _await_acks(registry: HandlerRegistry,

@@ -6,10 +6,13 @@ A pass over one partition, as Kafka's cleaner does it:
    segments from the log start, never the active (last) segment, never a segment reaching past
    the high watermark (HW), never one whose largest timestamp is younger than
    ``min.compaction.lag.ms``. Its dirty part starts at the cleaner checkpoint (where the last pass
-   ended) and is cut to a byte budget (``limits.CLEANER_PASS_DIRTY_BYTES_MAX``): the next pass
-   takes the rest.
+   ended, possibly inside a segment).
 2. **The offset map**: key -> offset of its latest record in the dirty part (records decoded,
-   CRCs checked), and the last batch of each idempotent producer in the range.
+   CRCs checked), and the last batch of each idempotent producer in the range. The map takes
+   dirty batches while their records and uncompressed bytes (from their headers) stay within
+   ``limits.CLEANER_PASS_DIRTY_RECORDS_MAX`` / ``CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX``
+   (always one batch); the range ends before the first that does not fit, and the next pass
+   takes the rest. A compressed byte may hold many records, so compressed bytes bound nothing.
 3. **The rewrite** of every batch in [log start, end of range): a record stays when no later
    record has its key, a tombstone (null value) stays until its batch is older than
    ``delete.retention.ms``, a record without a key always stays. Offsets are kept: the surviving
@@ -28,13 +31,24 @@ A pass over one partition, as Kafka's cleaner does it:
 :func:`choose_partitions_to_clean` (pure) picks which partitions need a pass: dirty ratio at least
 ``min.cleanable.dirty.ratio``, or dirty data older than ``max.compaction.lag.ms``. No clock here:
 the caller passes ``now_ms``.
+
+**Off the event loop.** :func:`clean_log` is a coroutine: it reads stored batches and writes
+groups on the caller's thread (the event loop: a PartitionLog is used from one thread), a
+``limits.CLEANER_READ_BYTES_MAX`` read at a time, and hands all decoding and rebuilding to
+``offload`` (the broker's cleaner thread). Between its awaits the log may change: truncation,
+retention or deletion (``PartitionLog.generation``) end the pass before its next write, and the
+next pass starts over from the checkpoint (every group written so far is whole and right).
+A batch that does not decode (stored before the leader checked records at produce) raises
+CorruptMessageError out of the pass: the broker then skips that partition, not the cleaner.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from broker.storage.keys import TopicPartition
 from broker.storage.partition_log import BatchRewrite, PartitionLog
@@ -45,13 +59,17 @@ from tidelog.record_batch import (
     RecordBatch,
     RecordsBuilder,
     batch_crc,
-    decode_records,
+    checked_records,
+    next_offset,
     parse_batch,
+    to_consumer_record,
     validate_batch,
 )
 
 __all__ = [
+    "DEFAULT_BUDGET",
     "CleanableRange",
+    "CleanerBudget",
     "CleanerConfig",
     "CleanerStats",
     "CleaningCandidate",
@@ -59,6 +77,7 @@ __all__ = [
     "clean_log",
     "cleanable_range",
     "cleaning_candidate",
+    "run_here",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,14 +132,13 @@ def cleanable_range(
     cleaner_checkpoint: int,
     now_ms: int,
     min_compaction_lag_ms: int,
-    dirty_bytes_max: int = LONG_MAX,
 ) -> CleanableRange:
     """The range a pass may clean, from the segment index alone (Kafka's cleanableOffsets).
 
     Whole segments before the active one, each wholly below the HW and, when
     ``min_compaction_lag_ms`` > 0, with its largest timestamp at least that old. Segments ending at
-    or before the checkpoint are clean; the dirty ones after them are taken while their bytes fit
-    ``dirty_bytes_max`` (always at least one, so a pass always progresses).
+    or before the checkpoint are clean; the rest are dirty, from the checkpoint (a pass cut by
+    its budget leaves it inside a segment, whose bytes then count as dirty).
     """
     checkpoint = max(cleaner_checkpoint, log_start_offset)
     clean = dirty = 0
@@ -137,10 +155,8 @@ def cleanable_range(
             clean += segment.size_bytes
             end = segment.next_offset
             continue
-        if dirty > 0 and dirty + segment.size_bytes > dirty_bytes_max:
-            break
         if first_dirty_time < 0:
-            first_dirty = max(segment.base_offset, log_start_offset)
+            first_dirty = max(segment.base_offset, checkpoint)
             first_dirty_time = segment.first_append_time_ms
         dirty += segment.size_bytes
         end = segment.next_offset
@@ -160,7 +176,6 @@ class CleaningCandidate:
 
 def cleaning_candidate(
     partition_log: PartitionLog, config: CleanerConfig, *, now_ms: int,
-    dirty_bytes_max: int = limits.CLEANER_PASS_DIRTY_BYTES_MAX,
 ) -> CleaningCandidate:
     """The partition's cleanable range now (one point read for the checkpoint, no scan)."""
     cleanable = cleanable_range(
@@ -170,7 +185,6 @@ def cleaning_candidate(
         cleaner_checkpoint=partition_log.cleaner_checkpoint(),
         now_ms=now_ms,
         min_compaction_lag_ms=config.min_compaction_lag_ms,
-        dirty_bytes_max=dirty_bytes_max,
     )
     return CleaningCandidate(partition_log.topic_partition, cleanable, config)
 
@@ -197,6 +211,19 @@ def choose_partitions_to_clean(
     return eligible[:count_max]
 
 
+@dataclass(frozen=True, slots=True)
+class CleanerBudget:
+    """What one pass may read into its offset map, and how it reads and writes (module doc)."""
+
+    dirty_records_max: int = limits.CLEANER_PASS_DIRTY_RECORDS_MAX
+    dirty_bytes_max: int = limits.CLEANER_PASS_DIRTY_UNCOMPRESSED_BYTES_MAX
+    read_bytes_max: int = limits.CLEANER_READ_BYTES_MAX
+    group_bytes_max: int = limits.CLEANER_GROUP_BYTES_MAX
+
+
+DEFAULT_BUDGET = CleanerBudget()
+
+
 @dataclass(slots=True)
 class CleanerStats:
     """What one pass did (logs and metrics)."""
@@ -204,7 +231,9 @@ class CleanerStats:
     first_dirty_offset: int
     end_offset: int
     dirty_ratio: float
-    bytes_read: int = 0
+    bytes_read: int = 0  # stored (compressed) bytes of the dirty batches in the map
+    uncompressed_bytes_read: int = 0  # and their uncompressed bytes
+    records_read: int = 0  # and their records
     bytes_before: int = 0  # of the batches it replaced
     bytes_after: int = 0  # of their replacements
     batches_rewritten: int = 0
@@ -212,110 +241,210 @@ class CleanerStats:
     groups_written: int = 0
 
 
-def clean_log(
+T = TypeVar("T")
+
+
+class Offload(Protocol):
+    """Runs ``work`` somewhere (the broker's cleaner thread) and returns its result."""
+
+    def __call__(self, work: Callable[[], T], /) -> Awaitable[T]: ...
+
+
+async def run_here(work: Callable[[], T], /) -> T:
+    """An :class:`Offload` that runs the work at once, on the caller's thread (tests)."""
+    return work()
+
+
+class LogChangedError(Exception):
+    """The log was truncated, retained or deleted while a pass awaited: the pass ends."""
+
+
+async def clean_log(
     partition_log: PartitionLog,
     config: CleanerConfig,
     *,
     now_ms: int,
-    dirty_bytes_max: int = limits.CLEANER_PASS_DIRTY_BYTES_MAX,
-    group_bytes_max: int = limits.CLEANER_GROUP_BYTES_MAX,
+    offload: Offload = run_here,
+    budget: CleanerBudget = DEFAULT_BUDGET,
 ) -> CleanerStats | None:
     """One cleaner pass over ``partition_log``; None when nothing is dirty in its cleanable
-    range. Raises what storage raises (KafkaStorageErrorError, CorruptMessageError for a batch
-    failing its CRC): the log is then as the last written group left it, and a new pass resumes.
+    range or the log changed meanwhile (module doc). Raises what storage raises
+    (KafkaStorageErrorError, CorruptMessageError for a batch that fails its CRC or does not
+    decode): the log is then as the last written group left it, and a new pass resumes.
     """
-    cleanable = cleaning_candidate(partition_log, config, now_ms=now_ms,
-                                   dirty_bytes_max=dirty_bytes_max).cleanable
+    cleanable = cleaning_candidate(partition_log, config, now_ms=now_ms).cleanable
     if cleanable.dirty_bytes == 0:
         return None
     stats = CleanerStats(cleanable.first_dirty_offset, cleanable.end_offset,
                          cleanable.dirty_ratio)
-    offset_map, producer_last = _build_offset_map(partition_log, cleanable, stats)
-    drop_tombstones_before_ms = now_ms - config.delete_retention_ms
-    _rewrite(partition_log, cleanable, offset_map, producer_last, drop_tombstones_before_ms,
-             group_bytes_max, stats)
+    generation = partition_log.generation
+    try:
+        offset_map, producer_last = await _build_offset_map(
+            partition_log, cleanable, budget, stats, offload, generation)
+        await _rewrite(partition_log, cleanable.log_start_offset, stats.end_offset, offset_map,
+                       producer_last, now_ms - config.delete_retention_ms, budget, stats,
+                       offload, generation)
+    except LogChangedError:
+        log.info("%s: the log was truncated or retained during a cleaner pass; the next pass "
+                 "starts over", partition_log.topic_partition)
+        return None
     log.info("%s: cleaned [%d, %d) (dirty from %d, ratio %.2f): %d batches rewritten, %d records "
              "removed, %d -> %d bytes in %d groups", partition_log.topic_partition,
-             cleanable.log_start_offset, cleanable.end_offset, cleanable.first_dirty_offset,
+             cleanable.log_start_offset, stats.end_offset, cleanable.first_dirty_offset,
              cleanable.dirty_ratio, stats.batches_rewritten, stats.records_removed,
              stats.bytes_before, stats.bytes_after, stats.groups_written)
     return stats
 
 
-def _build_offset_map(
-    partition_log: PartitionLog, cleanable: CleanableRange, stats: CleanerStats
+def _read(partition_log: PartitionLog, generation: int, start: int, end: int,
+          max_bytes: int) -> list[tuple[int, RecordBatch, int]]:
+    """The next stored batches in [start, end), parsed: (base offset, header, stored size)."""
+    if partition_log.generation != generation:
+        raise LogChangedError
+    return [(base, parse_batch(data), len(data))
+            for base, data in partition_log.read_batches(start, end, max_bytes)]
+
+
+async def _build_offset_map(
+    partition_log: PartitionLog, cleanable: CleanableRange, budget: CleanerBudget,
+    stats: CleanerStats, offload: Offload, generation: int,
 ) -> tuple[_OffsetMap, dict[int, int]]:
-    """key -> latest offset over the dirty part; producer id -> base offset of its last batch
-    in the whole range (headers only below the dirty part)."""
+    """key -> latest offset over the dirty part, within the budget (``stats.end_offset`` is cut
+    where it ran out); producer id -> base offset of its last batch in the range (headers only
+    below the dirty part)."""
     offset_map: _OffsetMap = {}
     producer_last: dict[int, int] = {}
-    for base, data in partition_log.scan_batches(0, cleanable.end_offset):
-        batch = parse_batch(data)
-        if batch.producer_id >= 0:
-            producer_last[batch.producer_id] = base
-        if base >= cleanable.first_dirty_offset:
-            stats.bytes_read += len(data)
-            for record in decode_records(batch):
-                if record.key is not None:
-                    offset_map[record.key] = record.offset
+    start, end = 0, cleanable.end_offset
+    while start < end:
+        chunk = _read(partition_log, generation, start, end, budget.read_bytes_max)
+        if not chunk:
+            break
+        dirty: list[RecordBatch] = []
+        for base, batch, size in chunk:
+            if base >= cleanable.first_dirty_offset:
+                if stats.records_read and (
+                        stats.records_read + batch.record_count > budget.dirty_records_max
+                        or stats.uncompressed_bytes_read + batch.uncompressed_size
+                        > budget.dirty_bytes_max):
+                    end = start = base  # the rest is the next pass's
+                    break
+                stats.records_read += batch.record_count
+                stats.uncompressed_bytes_read += batch.uncompressed_size
+                stats.bytes_read += size
+                dirty.append(batch)
+            if batch.producer_id >= 0:
+                producer_last[batch.producer_id] = base
+            start = next_offset(batch)
+        if dirty:
+            await offload(functools.partial(_add_to_map, offset_map, dirty))
+    stats.end_offset = end
     return offset_map, producer_last
 
 
-def _keep(record: ConsumerRecord, offset_map: _OffsetMap, drop_tombstone: bool) -> bool:
-    if record.key is None:
+# The cleaner's thread reads records as protobuf messages (record_batch.checked_records): each
+# is read on access and dropped, where decode_records would keep an object per record alive at
+# once -- 500,000 of them for one batch here, and the garbage collector's full passes over them
+# held the GIL (and so the event loop) 100-200 ms each.
+
+def _add_to_map(offset_map: _OffsetMap, batches: list[RecordBatch]) -> None:
+    """Read ``batches`` (checked: CorruptMessageError) into the map: each key's latest offset."""
+    for batch in batches:
+        base = batch.base_offset
+        for index, record in enumerate(checked_records(batch)):
+            if record.HasField("key"):
+                offset_map[record.key] = base + index
+
+
+def _keep(record: Any, offset: int, offset_map: _OffsetMap, drop_tombstone: bool) -> bool:
+    """Whether a record (a protobuf ``Record``) at ``offset`` survives the pass."""
+    if not record.HasField("key"):
         return True  # Kafka refuses keyless records in compacted topics; never lose one here
     latest = offset_map.get(record.key)
-    if latest is not None and latest != record.offset:
+    if latest is not None and latest != offset:
         return False
-    return not (drop_tombstone and record.value is None)
+    return not (drop_tombstone and not record.HasField("value"))
 
 
-def _rewrite(
+@dataclass(frozen=True, slots=True)
+class _Cleaned:
+    """One batch that loses records: its replacements and what the pass counts of it."""
+
+    base_offset: int
+    old_bytes: int
+    replacements: tuple[tuple[int, bytes], ...]
+    records_removed: int
+
+
+def _clean_batches(chunk: list[tuple[int, RecordBatch, int]], offset_map: _OffsetMap,
+                   producer_last: dict[int, int], drop_tombstones_before_ms: int
+                   ) -> list[_Cleaned]:
+    """The batches of ``chunk`` that lose records, rebuilt (the cleaner thread's work)."""
+    out: list[_Cleaned] = []
+    for base, batch, size in chunk:
+        if batch.producer_id >= 0 and producer_last.get(batch.producer_id) == base:
+            continue  # a producer's last batch stays whole (idempotence, see the docstring)
+        drop = batch.log_append_time_ms < drop_tombstones_before_ms
+        kept = [to_consumer_record(batch, i, r) for i, r in enumerate(checked_records(batch))
+                if _keep(r, base + i, offset_map, drop)]
+        if len(kept) != batch.record_count:  # checked_records holds exactly that many
+            out.append(_Cleaned(base, size, _rebuild(batch, kept),
+                                batch.record_count - len(kept)))
+    return out
+
+
+async def _rewrite(
     partition_log: PartitionLog,
-    cleanable: CleanableRange,
+    log_start_offset: int,
+    end: int,
     offset_map: _OffsetMap,
     producer_last: dict[int, int],
     drop_tombstones_before_ms: int,
-    group_bytes_max: int,
+    budget: CleanerBudget,
     stats: CleanerStats,
+    offload: Offload,
+    generation: int,
 ) -> None:
-    """Replace every batch that loses records, group by group; the last group carries the
-    checkpoint (written even when nothing changed, so the range counts as clean)."""
+    """Replace every batch below ``end`` that loses records, group by group; the last group
+    carries the checkpoint (written even when nothing changed, so the range counts as clean).
+    Each write follows a check of the log's generation with no await between them."""
     segments = partition_log.segments
     sizes = {s.base_offset: s.size_bytes for s in segments}
     index = 0
     pending: list[BatchRewrite] = []
     touched: set[int] = set()
     pending_bytes = 0
-    for base, data in partition_log.scan_batches(0, cleanable.end_offset):
-        while segments[index].next_offset <= base:
-            index += 1
-        batch = parse_batch(data)
-        if batch.producer_id >= 0 and producer_last.get(batch.producer_id) == base:
-            continue  # a producer's last batch stays whole (idempotence, see the docstring)
-        records = decode_records(batch)
-        drop = batch.log_append_time_ms < drop_tombstones_before_ms
-        kept = [r for r in records if _keep(r, offset_map, drop)]
-        if len(kept) == len(records):
-            continue
-        replacements = _rebuild(batch, kept)
-        new_bytes = sum(len(d) for _, d in replacements)
-        segment_base = segments[index].base_offset
-        sizes[segment_base] += new_bytes - len(data)
-        touched.add(segment_base)
-        pending.append(BatchRewrite(base, replacements))
-        pending_bytes += len(data)
-        stats.batches_rewritten += 1
-        stats.records_removed += len(records) - len(kept)
-        stats.bytes_before += len(data)
-        stats.bytes_after += new_bytes
-        if pending_bytes >= group_bytes_max:
-            partition_log.replace_batches(pending, segment_sizes={b: sizes[b] for b in touched},
-                                          cleaner_checkpoint=None)
-            stats.groups_written += 1
-            pending, touched, pending_bytes = [], set(), 0
+    start = 0
+    while start < end:
+        chunk = _read(partition_log, generation, start, end, budget.read_bytes_max)
+        if not chunk:
+            break
+        start = next_offset(chunk[-1][1])
+        cleaned = await offload(functools.partial(
+            _clean_batches, chunk, offset_map, producer_last, drop_tombstones_before_ms))
+        if partition_log.generation != generation:
+            raise LogChangedError
+        for batch in cleaned:
+            while segments[index].next_offset <= batch.base_offset:
+                index += 1
+            new_bytes = sum(len(d) for _, d in batch.replacements)
+            segment_base = segments[index].base_offset
+            sizes[segment_base] += new_bytes - batch.old_bytes
+            touched.add(segment_base)
+            pending.append(BatchRewrite(batch.base_offset, batch.replacements))
+            pending_bytes += batch.old_bytes
+            stats.batches_rewritten += 1
+            stats.records_removed += batch.records_removed
+            stats.bytes_before += batch.old_bytes
+            stats.bytes_after += new_bytes
+            if pending_bytes >= budget.group_bytes_max:
+                partition_log.replace_batches(pending, segment_sizes={b: sizes[b] for b in touched},
+                                              cleaner_checkpoint=None)
+                stats.groups_written += 1
+                pending, touched, pending_bytes = [], set(), 0
+    if partition_log.generation != generation:
+        raise LogChangedError
     partition_log.replace_batches(pending, segment_sizes={b: sizes[b] for b in touched},
-                                  cleaner_checkpoint=cleanable.end_offset)
+                                  cleaner_checkpoint=end)
     stats.groups_written += 1
 
 

@@ -172,6 +172,19 @@ def test_drain_respects_the_request_size_but_always_sends_one() -> None:
     assert len(drained[1]) == 1
 
 
+def test_drain_keeps_a_request_within_the_brokers_record_bound() -> None:
+    acc = make(batch_size=10_000, linger_ms=0)
+    for tp in (TP0, TP2):
+        for _ in range(3):
+            acc.append(tp, rec(1), now_ms=0)
+    drained = acc.drain({1}, leader_of, now_ms=0, max_request_bytes=10**9,
+                        can_send=lambda b: True, max_request_records=5)
+    assert [b.record_count for b in drained[1]] == [3]  # 3 + 3 records would pass 5
+    drained = acc.drain({1}, leader_of, now_ms=0, max_request_bytes=10**9,
+                        can_send=lambda b: True, max_request_records=5)
+    assert [b.record_count for b in drained[1]] == [3]
+
+
 def test_drain_skips_what_can_send_refuses_and_backing_off_retries() -> None:
     acc = make(linger_ms=0, retry_backoff_ms=100)
     acc.append(TP0, rec(), now_ms=0)

@@ -9,7 +9,12 @@ segment, records younger than min.compaction.lag.ms and batches at or above the 
 touched, idempotent producer state rebuilt from the cleaned log still sees a retry as a
 duplicate, a follower copies a cleaned log, and a pass interrupted after k write batches (a store
 that raises, then a reopen) and resumed gives byte-for-byte the log of an uninterrupted pass.
-The pure scheduling function is tested on plain values.
+A pass's budget (records, uncompressed bytes) ends it at a batch, inside a segment, and the
+passes after it give the log one unbounded pass gives; a pass whose log was retained while it
+waited for its decoding ends without writing; a stored batch that does not decode fails the
+pass (CorruptMessageError) and changes nothing. The pure scheduling function is tested on plain
+values. Passes run with ``run_here`` (decoding in place; the broker's runs on its cleaner
+thread).
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ import pytest
 from broker.replication.producer_state import BatchHeader, Duplicate, ProducerStateTable
 from broker.storage import LogConfig, PartitionLog, Storage
 from broker.storage.cleaner import (
+    DEFAULT_BUDGET,
     CleanableRange,
+    CleanerBudget,
     CleanerConfig,
+    CleanerStats,
     CleaningCandidate,
     choose_partitions_to_clean,
     clean_log,
@@ -33,8 +41,15 @@ from broker.storage.cleaner import (
 from broker.storage.keys import TopicPartition
 from broker.storage.segments import Segment
 from tidelog.data_dir import format_data_dir
-from tidelog.errors import KafkaStorageErrorError
-from tidelog.record_batch import NewRecord, build_batch, decode_records, parse_batch, validate_batch
+from tidelog.errors import CorruptMessageError, KafkaStorageErrorError
+from tidelog.record_batch import (
+    NewRecord,
+    batch_crc,
+    build_batch,
+    decode_records,
+    parse_batch,
+    validate_batch,
+)
 from tidelog.v1.common_pb2 import CompressionType
 
 CLUSTER = "test-cluster"
@@ -58,8 +73,9 @@ def storage(tmp_path: Path) -> Iterator[Storage]:
     s.close()
 
 
-def new_log(storage: Storage, segment_bytes: int = 14) -> PartitionLog:
-    return storage.get_or_create_log(TOPIC, 0, config=LogConfig(segment_bytes=segment_bytes))
+def new_log(storage: Storage, segment_bytes: int = 14, partition: int = 0) -> PartitionLog:
+    return storage.get_or_create_log(TOPIC, partition,
+                                     config=LogConfig(segment_bytes=segment_bytes))
 
 
 def produce(log: PartitionLog, records: list[KV], *, now_ms: int = T0, producer_id: int = -1,
@@ -70,6 +86,22 @@ def produce(log: PartitionLog, records: list[KV], *, now_ms: int = T0, producer_
     base: int = log.append_as_leader(validate_batch(data), leader_epoch=1,
                                      now_ms=now_ms).base_offset
     return base
+
+
+def clean(log: PartitionLog, config: CleanerConfig, *, now_ms: int,
+          budget: CleanerBudget = DEFAULT_BUDGET) -> CleanerStats | None:
+    """One pass, its decoding done in place (the broker's runs on its cleaner thread). With
+    ``run_here`` nothing suspends, so one step of the coroutine runs the whole pass and its
+    exception comes out as it would from a plain call (an event loop would keep it, and the
+    RocksDB handles its traceback holds, until a garbage collection)."""
+    coroutine = clean_log(log, config, now_ms=now_ms, budget=budget)
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: CleanerStats | None = done.value
+        return result
+    coroutine.close()
+    raise AssertionError("a pass with run_here suspended")
 
 
 def committed(log: PartitionLog) -> None:
@@ -103,7 +135,7 @@ def test_latest_value_per_key_kept_at_its_offset(storage: Storage) -> None:
     produce(log, [(b"b", b"b2")])  # 4
     produce(log, [(b"a", b"a3")])  # 5: the active segment
     committed(log)
-    stats = clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    stats = clean(log, CleanerConfig(), now_ms=T0 + 1)
     assert stats is not None and stats.records_removed == 2 and stats.end_offset == 5
     assert read_all(log) == [(2, b"a", b"a2"), (3, b"c", b"c1"), (4, b"b", b"b2"),
                              (5, b"a", b"a3")]
@@ -117,7 +149,7 @@ def test_a_fetch_inside_a_gap_starts_at_the_next_batch(storage: Storage) -> None
     produce(log, [(b"b", b"b2"), (b"c", b"c2")])  # 3, 4
     produce(log, [(b"z", b"z1")])  # 5: active
     committed(log)
-    clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    clean(log, CleanerConfig(), now_ms=T0 + 1)
     assert [base for base, _ in stored(log)] == [0, 3, 5]
     # Offsets 1 and 2 are gone; a fetch there (even of one byte) gets the batch at 3, not the
     # batch at 0 that ends before it (a consumer would loop forever).
@@ -134,19 +166,19 @@ def test_tombstones_stay_until_delete_retention_then_go(storage: Storage) -> Non
     produce(log, [(b"k", None)])  # the tombstone, offset 2
     produce(log, [(b"x", b"x1")])
     committed(log)
-    clean_log(log, config, now_ms=T0 + 10)
+    clean(log, config, now_ms=T0 + 10)
     assert read_all(log) == [(1, b"j", b"j1"), (2, b"k", None), (3, b"x", b"x1")]
     # A later pass (new dirty data) within delete.retention.ms keeps the tombstone ...
     produce(log, [(b"x", b"x2")], now_ms=T0 + 20)
     produce(log, [(b"y", b"y1")], now_ms=T0 + 30)
     committed(log)
-    clean_log(log, config, now_ms=T0 + DAY_MS)
+    clean(log, config, now_ms=T0 + DAY_MS)
     assert (2, b"k", None) in read_all(log)
     # ... and the first pass after it drops it.
     produce(log, [(b"y", b"y2")], now_ms=T0 + DAY_MS + 40)
     produce(log, [(b"w", b"w1")], now_ms=T0 + DAY_MS + 50)
     committed(log)
-    clean_log(log, config, now_ms=T0 + DAY_MS + 60)
+    clean(log, config, now_ms=T0 + DAY_MS + 60)
     assert read_all(log) == [(1, b"j", b"j1"), (4, b"x", b"x2"), (6, b"y", b"y2"),
                              (7, b"w", b"w1")]
     log.check_invariants()
@@ -158,7 +190,7 @@ def test_active_segment_is_never_cleaned(storage: Storage) -> None:
         produce(log, [(b"k", b"v%d" % i)])
     committed(log)
     before = stored(log)
-    assert clean_log(log, CleanerConfig(), now_ms=T0 + DAY_MS) is None
+    assert clean(log, CleanerConfig(), now_ms=T0 + DAY_MS) is None
     assert stored(log) == before
 
 
@@ -172,10 +204,10 @@ def test_records_younger_than_min_compaction_lag_are_untouched(storage: Storage)
     committed(log)
     # At T0 + 2000 only the first segment is old enough: nothing in it is superseded within
     # the range, so nothing changes (the newer "k"s are outside the map).
-    stats = clean_log(log, config, now_ms=T0 + 2000)
+    stats = clean(log, config, now_ms=T0 + 2000)
     assert stats is not None and stats.end_offset == 1 and stats.records_removed == 0
     assert [o for o, _, _ in read_all(log)] == [0, 1, 2, 3]
-    stats = clean_log(log, config, now_ms=T0 + 6000)
+    stats = clean(log, config, now_ms=T0 + 6000)
     assert stats is not None and stats.end_offset == 3
     assert read_all(log) == [(2, b"k", b"newest"), (3, b"z", b"active")]
 
@@ -186,7 +218,7 @@ def test_nothing_at_or_above_the_high_watermark_is_touched(storage: Storage) -> 
         produce(log, [(b"k", b"v%d" % i)])
     log.update_high_watermark(3)
     above = [(b, d) for b, d in stored(log) if b >= 3]
-    clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    clean(log, CleanerConfig(), now_ms=T0 + 1)
     assert [(b, d) for b, d in stored(log) if b >= 3] == above
     assert [b for b, _ in stored(log)] == [2, 3, 4, 5]
     assert log.cleaner_checkpoint() == 3
@@ -199,7 +231,7 @@ def test_compressed_batches_are_rebuilt_with_their_codec(storage: Storage) -> No
     produce(log, [(b"b", b"x")], compression=CompressionType.COMPRESSION_LZ4)
     produce(log, [(b"z", b"z")])
     committed(log)
-    clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    clean(log, CleanerConfig(), now_ms=T0 + 1)
     batches = [parse_batch(d) for _, d in stored(log)]
     assert [b.compression for b in batches[:2]] == [CompressionType.COMPRESSION_GZIP] * 2
     assert read_all(log) == [(0, b"a", b"1" * 100), (2, b"c", b"3" * 100), (3, b"b", b"x"),
@@ -223,7 +255,7 @@ def test_a_retry_of_a_producers_last_batch_is_still_a_duplicate(storage: Storage
     produce(log, [(b"a", b"3"), (b"b", b"3"), (b"c", b"3")])  # 5..7, not idempotent
     produce(log, [(b"z", b"z")])
     committed(log)
-    clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    clean(log, CleanerConfig(), now_ms=T0 + 1)
     assert [b for b, _ in stored(log)] == [2, 5, 8]  # its first batch went, its last stayed
     check = rebuilt_producer_state(log).check(producer_id=7, producer_epoch=0, base_sequence=2,
                                               record_count=3)
@@ -237,7 +269,7 @@ def test_sequences_of_a_split_batch_follow_its_offsets(storage: Storage) -> None
     produce(log, [(b"b", b"2")], producer_id=7, base_sequence=14)  # 4: its last batch
     produce(log, [(b"z", b"z")])
     committed(log)
-    clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    clean(log, CleanerConfig(), now_ms=T0 + 1)
     pieces = [parse_batch(d) for b, d in stored(log) if b < 4]
     assert [(p.base_offset, p.base_sequence, p.record_count) for p in pieces] == [
         (0, 10, 1), (2, 12, 2)]
@@ -250,7 +282,7 @@ def test_a_follower_copies_a_cleaned_log(storage: Storage, tmp_path: Path) -> No
     produce(log, [(b"b", b"2"), (b"c", b"2")])
     produce(log, [(b"z", b"z")])
     committed(log)
-    clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+    clean(log, CleanerConfig(), now_ms=T0 + 1)
     with open_storage(tmp_path / "follower") as other:
         follower = new_log(other)
         while follower.log_end_offset < log.log_end_offset:
@@ -267,7 +299,7 @@ def test_a_cleaned_log_reopens(tmp_path: Path) -> None:
         for i in range(4):
             produce(log, [(b"k", b"v%d" % i), (b"j%d" % i, b"x")])
         committed(log)
-        clean_log(log, CleanerConfig(), now_ms=T0 + 1)
+        clean(log, CleanerConfig(), now_ms=T0 + 1)
         expected = read_all(log)
     with open_storage(tmp_path / "a") as s:
         log = s.log(TOPIC, 0)
@@ -304,7 +336,7 @@ def test_an_interrupted_pass_resumed_gives_the_same_log(tmp_path: Path, writes_o
     with open_storage(tmp_path / "whole") as s:
         whole = new_log(s)
         craft(whole)
-        stats = clean_log(whole, config, now_ms=T0 + 1, group_bytes_max=1)
+        stats = clean(whole, config, now_ms=T0 + 1, budget=CleanerBudget(group_bytes_max=1))
         assert stats is not None and stats.groups_written > writes_ok + 1
         expected, expected_segments = stored(whole), whole.segments
     with open_storage(tmp_path / "cut") as s:
@@ -312,7 +344,7 @@ def test_an_interrupted_pass_resumed_gives_the_same_log(tmp_path: Path, writes_o
         craft(cut)
         cut._store = FailingStore(cut._store, writes_ok)  # type: ignore[assignment]
         with pytest.raises(KafkaStorageErrorError):
-            clean_log(cut, config, now_ms=T0 + 1, group_bytes_max=1)
+            clean(cut, config, now_ms=T0 + 1, budget=CleanerBudget(group_bytes_max=1))
         assert cut.cleaner_checkpoint() == 0
         partial = stored(cut)
         assert partial != expected
@@ -320,16 +352,76 @@ def test_an_interrupted_pass_resumed_gives_the_same_log(tmp_path: Path, writes_o
         cut = s.log(TOPIC, 0)
         assert stored(cut) == partial
         cut.update_high_watermark(cut.log_end_offset)
-        clean_log(cut, config, now_ms=T0 + 1, group_bytes_max=1)
+        clean(cut, config, now_ms=T0 + 1, budget=CleanerBudget(group_bytes_max=1))
         assert stored(cut) == expected and cut.segments == expected_segments
         cut.check_invariants()
+
+
+def rounds(log: PartitionLog) -> None:
+    """Eight batches of two records, three to a segment (the last two batches are active)."""
+    for i in range(8):
+        produce(log, [(b"k%d" % (i % 3), b"v%d" % i), (b"u%d" % (i % 2), b"x%d" % i)])
+    committed(log)
+
+
+@pytest.mark.parametrize("budget", [CleanerBudget(dirty_records_max=3),
+                                    CleanerBudget(dirty_bytes_max=30)])
+def test_a_pass_ends_where_its_budget_does_and_the_next_goes_on(
+        storage: Storage, budget: CleanerBudget) -> None:
+    whole, cut = new_log(storage, 250, partition=0), new_log(storage, 250, partition=1)
+    rounds(whole)
+    rounds(cut)
+    assert len(whole.segments) == 3
+    clean(whole, CleanerConfig(), now_ms=T0 + 1)
+    ends = []
+    while (stats := clean(cut, CleanerConfig(), now_ms=T0 + 1, budget=budget)) is not None:
+        assert stats.records_read == 2  # one batch a pass: two would pass the budget
+        ends.append(stats.end_offset)
+        assert cut.cleaner_checkpoint() == stats.end_offset
+    assert ends == [2, 4, 6, 8, 10, 12], "checkpoints inside segments, then on"
+    assert read_all(cut) == read_all(whole)
+    cut.check_invariants()
+
+
+def test_a_pass_gives_up_when_the_log_changes_while_it_waits(storage: Storage) -> None:
+    log = new_log(storage)
+    craft(log)
+    before = stored(log)
+
+    async def retention_meanwhile(work: Any) -> Any:
+        log.maybe_increment_log_start_offset(3)  # as retention or DeleteRecords would
+        return work()
+
+    coroutine = clean_log(log, CleanerConfig(), now_ms=T0 + 1, offload=retention_meanwhile)
+    with pytest.raises(StopIteration) as done:
+        coroutine.send(None)
+    assert done.value.value is None, "the pass ended without a write"
+    assert stored(log) == [(b, d) for b, d in before if b >= 3]
+    assert log.cleaner_checkpoint() == 0
+    assert clean(log, CleanerConfig(), now_ms=T0 + 1) is not None  # the next pass cleans
+
+
+def test_a_batch_that_does_not_decode_fails_the_pass_not_the_log(storage: Storage) -> None:
+    log = new_log(storage)
+    produce(log, [(b"a", b"1")])
+    good = parse_batch(build_batch([NewRecord(b"b", b"2"), NewRecord(b"c", b"3")], now_ms=T0))
+    good.records = good.records[:-2]  # cut, with a CRC that matches again: stored as it was
+    good.uncompressed_size, good.crc = len(good.records), 0
+    good.crc = batch_crc(good)
+    log.append_as_leader(good, leader_epoch=1, now_ms=T0)  # storage checks no records
+    produce(log, [(b"a", b"4")])
+    committed(log)
+    before = stored(log)
+    with pytest.raises(CorruptMessageError, match="record"):
+        clean(log, CleanerConfig(), now_ms=T0 + 1)
+    assert stored(log) == before and log.cleaner_checkpoint() == 0
 
 
 def segment(base: int, end: int, size: int, ts: int = T0) -> Segment:
     return Segment(base, end, size, ts, ts)
 
 
-def test_cleanable_range_stops_at_the_hw_the_active_segment_and_the_budget() -> None:
+def test_cleanable_range_stops_at_the_hw_and_the_active_segment() -> None:
     segments = [segment(0, 10, 100), segment(10, 20, 100), segment(20, 30, 100),
                 segment(30, 40, 100)]
     r = cleanable_range(segments, log_start_offset=0, high_watermark=40, cleaner_checkpoint=10,
@@ -338,9 +430,10 @@ def test_cleanable_range_stops_at_the_hw_the_active_segment_and_the_budget() -> 
     r = cleanable_range(segments, log_start_offset=0, high_watermark=25, cleaner_checkpoint=0,
                         now_ms=T0, min_compaction_lag_ms=0)
     assert r.end_offset == 20
-    r = cleanable_range(segments, log_start_offset=0, high_watermark=40, cleaner_checkpoint=0,
-                        now_ms=T0, min_compaction_lag_ms=0, dirty_bytes_max=150)
-    assert (r.end_offset, r.dirty_bytes) == (10, 100)
+    # A checkpoint inside a segment (a pass cut by its budget): dirty from there.
+    r = cleanable_range(segments, log_start_offset=0, high_watermark=40, cleaner_checkpoint=15,
+                        now_ms=T0, min_compaction_lag_ms=0)
+    assert (r.first_dirty_offset, r.end_offset, r.clean_bytes, r.dirty_bytes) == (15, 30, 100, 200)
     r = cleanable_range(segments, log_start_offset=0, high_watermark=40, cleaner_checkpoint=30,
                         now_ms=T0, min_compaction_lag_ms=0)
     assert r.dirty_bytes == 0 and r.dirty_ratio == 0.0

@@ -338,12 +338,17 @@ class RecordAccumulator(Generic[H]):
         max_request_bytes: int,
         can_send: Callable[[ProducerBatch[H]], bool],
         in_flight: Container[TopicPartition] = (),
+        max_request_records: int = limits.PRODUCE_REQUEST_RECORDS_MAX,
     ) -> dict[int, list[ProducerBatch[H]]]:
         """Take at most one batch per partition for each ready leader, up to
-        ``max_request_bytes`` per request (the first batch always goes). The starting partition
-        rotates between calls so no partition starves. Drained batches are closed to appends."""
+        ``max_request_bytes`` (uncompressed, so within the broker's
+        PRODUCE_REQUEST_UNCOMPRESSED_BYTES_MAX too) and ``max_request_records`` per request
+        (the broker refuses more, RECORD_LIST_TOO_LARGE; the first batch always goes, and a
+        batch holds at most BATCH_RECORDS_MAX). The starting partition rotates between calls so
+        no partition starves. Drained batches are closed to appends."""
         out: dict[int, list[ProducerBatch[H]]] = {}
         sizes: dict[int, int] = {}
+        counts: dict[int, int] = {}
         tps = list(self._batches)
         if not tps:
             return out
@@ -364,8 +369,9 @@ class RecordAccumulator(Generic[H]):
                 continue
             if not can_send(first):
                 continue
-            used = sizes.get(leader, 0)
-            if used and used + first.size_bytes > max_request_bytes:
+            used, records = sizes.get(leader, 0), counts.get(leader, 0)
+            if used and (used + first.size_bytes > max_request_bytes
+                         or records + first.record_count > max_request_records):
                 continue
             dq.popleft()
             first.closed = True
@@ -374,6 +380,7 @@ class RecordAccumulator(Generic[H]):
             first.last_leader = leader
             out.setdefault(leader, []).append(first)
             sizes[leader] = used + first.size_bytes
+            counts[leader] = records + first.record_count
         return out
 
     def _held(self, dq: deque[ProducerBatch[H]]) -> bool:
