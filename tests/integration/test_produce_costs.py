@@ -34,7 +34,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster_harness import ClusterHarness
+from cluster_harness import ClusterHarness, certificate_name
 
 from tidelog import limits
 from tidelog.acl import AclBinding
@@ -61,7 +61,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ca = make_ca()
     (pki / "ca.crt").write_bytes(ca.cert_pem)
     for name in ("controller-1", "broker-1", *USERS):
-        cert = issue(ca, name, hosts=("127.0.0.1",))
+        cert = issue(ca, certificate_name(name), hosts=("127.0.0.1",))
         (pki / f"{name}.crt").write_bytes(cert.cert_pem)
         (pki / f"{name}.key").write_bytes(cert.key_pem)
         (pki / f"{name}.key").chmod(0o600)
