@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from pysyncobj.journal import FileJournal
 
+from controller.raft import RaftSettings
 from controller.raft.journal import GROWTH_BYTES, DurableJournal, JournalError
 
 BYTES_MAX = 64 * 1024 * 1024
@@ -171,6 +172,18 @@ def test_the_size_limit_is_refused_with_a_reason(tmp_path: Path) -> None:
                                            r"\(journal_bytes_max\)"):
         fill(journal, 4, 4, 1, size=300_000)
     assert len(journal) == 3
+
+
+def test_the_production_limits_relate() -> None:
+    settings = RaftSettings()
+    assert settings.journal_bytes_max == 2 * 1024**3
+    assert settings.snapshot_journal_bytes == 64 * 1024**2
+    # Compaction starts far below the limit, which holds a full queue of the largest batches
+    # on top of the compaction threshold.
+    assert settings.journal_bytes_max >= (settings.snapshot_journal_bytes
+                                          + settings.uncommitted_bytes_max)
+    with pytest.raises(ValueError, match="journal_bytes_max"):
+        RaftSettings(journal_bytes_max=512 * 1024**2)
 
 
 def test_a_damaged_state_file_refuses_to_open(tmp_path: Path) -> None:
