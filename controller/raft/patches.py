@@ -513,13 +513,19 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
 
 class _DurableSends:
-    """The SyncObj's transport, with every message held while the journal needs a sync.
+    """The SyncObj's transport, with every answer held while the journal needs a sync.
 
     ``send`` queues a message while the journal has changes not on disk (or while earlier
-    messages wait: order is kept); ``flush`` syncs the journal once, then sends everything that
-    waited, in order. One sync covers all a tick answers (batching). A failed sync raises
-    JournalError from ``flush`` and nothing held is ever sent. Every other attribute is the
-    transport's.
+    messages to that node wait: order is kept); ``flush`` syncs the journal once, then sends
+    everything that waited, in order. One sync covers all a tick answers (batching). A failed
+    sync raises JournalError from ``flush`` and nothing held is ever sent. Every other attribute
+    is the transport's.
+
+    A leader's append_entries go at once (unless something to that node waits): they report
+    nothing about this node's disk. The leader writes its entries in parallel with the
+    followers (Raft thesis 10.2.1) and counts itself toward a majority only at the next tick's
+    commit count, after the flush that synced them; its term and vote were synced before its
+    vote requests left.
     """
 
     def __init__(self, transport: Any, journal: Any) -> None:
@@ -531,7 +537,9 @@ class _DurableSends:
         self.held_total = 0
 
     def send(self, node: Any, message: Any) -> bool:
-        if self._held or self._journal.needs_sync:
+        leader_append = isinstance(message, dict) and message.get("type") == "append_entries"
+        if (self._journal.needs_sync and not leader_append) \
+                or any(held_node == node for held_node, _ in self._held):
             self._held.append((node, message))
             self.held_total += 1
             return True  # sent as far as pysyncobj can tell: a lost connection is found later
