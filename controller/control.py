@@ -372,9 +372,11 @@ class ControllerLogic:
         self._committed = image
         self.abandon_pending()
 
-    def committed_snapshot(self) -> metadata_pb2.MetadataSnapshot:
-        """The committed image as a snapshot."""
-        return image_to_snapshot(self._committed, cluster_id=self._cluster_id)
+    def committed_snapshot(self, progress: Callable[[], None] | None = None,
+                           ) -> metadata_pb2.MetadataSnapshot:
+        """The committed image as a snapshot (``progress``: see image_to_snapshot)."""
+        return image_to_snapshot(self._committed, cluster_id=self._cluster_id,
+                                 progress=progress)
 
     # --- proposals ----------------------------------------------------------------------------
 

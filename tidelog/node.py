@@ -2,7 +2,9 @@
 
 ``tidelog server --config FILE`` lands here. The node checks its data dir (formatted, same
 cluster and node id), starts its roles, serves gRPC and metrics, and on SIGTERM/SIGINT stops its
-roles in order (a broker's controlled shutdown first, once brokers exist) and exits 0.
+roles in order (a broker's controlled shutdown first, once brokers exist) and exits 0. A role
+that fails for good (a controller whose Raft journal cannot be written, a broker's fatal error)
+stops the node the same way, and it exits 1 after a last line saying why.
 
 Listeners, each bound exactly where the config says (DESIGN §11): a broker's client listener
 (BrokerService) and inter-broker listener (ReplicaService), a controller's listener
@@ -57,10 +59,14 @@ def run_node(config: NodeConfig) -> None:
         format=f"%(asctime)s %(levelname)s [node {config.node_id}] %(name)s: %(message)s")
     meta = check_data_dir(Path(config.data_dir), cluster_id=config.cluster_id or None,
                           node_id=config.node_id)
-    asyncio.run(_serve(config, meta.cluster_id))
+    failure = asyncio.run(_serve(config, meta.cluster_id))
+    if failure is not None:
+        log.critical("node %d stopped after a fatal error: %s", config.node_id, failure)
+        raise SystemExit(1)
 
 
-async def _serve(config: NodeConfig, cluster_id: str) -> None:
+async def _serve(config: NodeConfig, cluster_id: str) -> str | None:
+    """Runs the node until a signal or a role's fatal error; returns that error, if any."""
     registry = CollectorRegistry()
     # Disk, info and process series, whatever the roles (tidelog/node_metrics.py).
     register_node_metrics(registry, config.data_dir, node_id=config.node_id, roles=config.roles)
@@ -70,25 +76,27 @@ async def _serve(config: NodeConfig, cluster_id: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     stack: list[tuple[str, Any]] = []  # (what, async stop function), stopped in reverse
     checks: list[Readiness] = []
+    roles: list[Any] = []  # runtimes with .stopping (an asyncio.Event) and .failure
     direct: list[DirectExposition] = []  # collectors /metrics lets write their own families
     try:
         if config.is_controller:
-            checks.append(await _start_controller(config, cluster_id, registry, stack))
+            controller = await _start_controller(config, cluster_id, registry, stack)
+            checks.append(controller.readiness)
+            roles.append(controller)
         if config.is_broker:
             broker = await _start_broker(config, cluster_id, registry, stack)
             checks.append(broker.readiness)
             if broker.replica_manager.metrics is not None:
                 direct.append(broker.replica_manager.metrics.partition_gauges)
-            stop_on = broker.stopping
-        else:
-            stop_on = asyncio.Event()
+            roles.append(broker)
         if config.metrics.port:
             metrics = MetricsServer(registry, lambda: _first_reason(checks),
                                     host=config.metrics.host, port=config.metrics.port,
                                     direct=direct)
             metrics.start()
             stack.append(("metrics", _as_async(metrics.stop)))
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(stop_on.wait())]
+        waits = [asyncio.ensure_future(stop.wait()),
+                 *(asyncio.ensure_future(role.stopping.wait()) for role in roles)]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for w in waits:
             w.cancel()
@@ -100,10 +108,11 @@ async def _serve(config: NodeConfig, cluster_id: str) -> None:
             except Exception:
                 log.exception("node %d: stopping %s failed", config.node_id, what)
     log.info("node %d stopped", config.node_id)
+    return next((str(role.failure) for role in roles if role.failure is not None), None)
 
 
 async def _start_controller(config: NodeConfig, cluster_id: str, registry: CollectorRegistry,
-                            stack: list[tuple[str, Any]]) -> Readiness:
+                            stack: list[tuple[str, Any]]) -> Any:
     from controller.metrics import ControllerMetrics
     from controller.runtime import ControllerRuntime
     from controller.service import add_to_server, peer_auth_interceptor
@@ -125,7 +134,7 @@ async def _start_controller(config: NodeConfig, cluster_id: str, registry: Colle
     await runtime.start()
     log.info("controller %d serving on %s (raft %s), cluster %s", config.node_id, address,
              voter.raft_address, cluster_id)
-    return runtime.readiness
+    return runtime
 
 
 async def _start_broker(config: NodeConfig, cluster_id: str, registry: CollectorRegistry,

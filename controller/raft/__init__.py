@@ -27,6 +27,8 @@ Modules, one concept each (each module's docstring says what and how):
 * quorum.py: RaftQuorum, the StateMachine protocol, the tick thread, proposals, the log entry
   envelope, snapshot hooks, durability;
 * settings.py: RaftSettings; errors.py: FailReason, ProposeError, RaftStartError;
+* journal.py: DurableJournal, the Raft log and term/vote on disk (fsynced, preallocated,
+  CRC-chained records, atomic compaction), pysyncobj's Journal interface; JournalError;
 * patches.py: _PatchedSyncObj and _RejectFloor (Raft's rules where pysyncobj 0.3.17 breaks
   them) and the version and SHA-256 guard on pysyncobj's code, checked on import;
 * self_test.py: the patches' start-up self-test;
@@ -82,6 +84,8 @@ from controller.raft.framing import _Handshake as _Handshake  # noqa: E402
 from controller.raft.framing import _mac as _mac  # noqa: E402
 from controller.raft.framing import _PeerRefused as _PeerRefused  # noqa: E402
 from controller.raft.framing import _transcript as _transcript  # noqa: E402
+from controller.raft.journal import DurableJournal as DurableJournal  # noqa: E402
+from controller.raft.journal import JournalError  # noqa: E402
 from controller.raft.patches import _PYSYNCOBJ_SHA256 as _PYSYNCOBJ_SHA256  # noqa: E402
 from controller.raft.patches import PysyncobjMismatchError  # noqa: E402
 from controller.raft.patches import _check_pysyncobj as _check_pysyncobj  # noqa: E402
@@ -99,6 +103,7 @@ from controller.raft.transport import (  # noqa: E402
 
 __all__ = [
     "FailReason",
+    "JournalError",
     "ProposeError",
     "PysyncobjMismatchError",
     "RaftQuorum",

@@ -22,12 +22,14 @@ class FailReason(enum.IntEnum):
     REQUEST_TIMED_OUT = 100
     #: The quorum was closed (or failed) before the outcome was known.
     CLOSED = 101
+    #: The journal is at its size limit (RaftSettings.journal_bytes_max): not appended.
+    JOURNAL_FULL = 102
 
 
 #: Reasons after which the batch is known NOT to be in the log (safe to rebuild and re-propose).
 _NOT_APPENDED = frozenset(
     {FailReason.QUEUE_FULL, FailReason.MISSING_LEADER, FailReason.NOT_LEADER,
-     FailReason.DISCARDED, FailReason.REQUEST_DENIED}
+     FailReason.DISCARDED, FailReason.REQUEST_DENIED, FailReason.JOURNAL_FULL}
 )
 
 
@@ -51,4 +53,4 @@ class ProposeError(Exception):
 
 
 class RaftStartError(Exception):
-    """The quorum could not start (bind failure, unreadable journal)."""
+    """The quorum could not start (bind failure, unreadable or damaged journal)."""

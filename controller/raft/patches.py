@@ -35,6 +35,7 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from controller.raft.framing import _NO_OP_COMMAND, _REGULAR_COMMAND_PREFIX
+from controller.raft.journal import fsync_directory
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 
@@ -45,6 +46,8 @@ _PYSYNCOBJ_VERSION = "0.3.17"
 _PYSYNCOBJ_SHA256 = {
     "syncobj.py": "e8bdf06797085d734df86e24ab4802fe87893dff77268565ec036f7ad4a1cfe4",
     "serializer.py": "4d39fde2f15000ad8f507ec229ebd4f6a86371b6f84d4dc1439a9cccd52857ee",
+    # journal.py's DurableJournal implements its Journal interface and converts its FileJournal.
+    "journal.py": "9cf1eaf6acc704581a4cf7d3de330a404403913107adc91c929778b7e3f35edf",
     # The transport overrides TCPTransport's methods and stands in for its TcpConnection.
     "transport.py": "0c9d89f9c4781ec9772df8011d7975a1a4a1a5f541357e12eae85a813e92b50b",
     "tcp_connection.py": "7784ed8da031369fe36f805cb186a2e94a3bd6f10fed2dd59c8cc3713fd6331c",
@@ -131,6 +134,23 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     a follower or candidate pushes its election deadline back by a fresh timeout (its own busy
     time is not the leader's silence; delaying an election never breaks safety).
 
+    Durability (not a bug in the protocol code but in what it runs on: pysyncobj never fsyncs
+    its journal or its term/vote file). Raft: a node has currentTerm and votedFor on stable
+    storage before it answers a RequestVote (or asks for votes), and its entries before it
+    answers an AppendEntries with success; a leader counts itself toward a majority only for
+    entries it has made durable. Here every message the SyncObj sends goes through
+    _DurableSends: while the journal (a DurableJournal, or any journal with ``needs_sync`` and
+    ``sync()``) has changes not on disk, messages wait; at each flush point the journal is
+    synced once, then they leave in order. Flush points: the start of a tick (before the
+    leader's commit count, so it counts this node only for entries on disk), just before the
+    tick polls the network (the leader's appends of this tick, with their append_entries), at
+    the end of the tick (what the poll's messages changed: appends to acknowledge, votes to
+    answer), and right after becoming leader (its no-op, counted in the same tick when it is
+    the only voter). A snapshot's rename is made durable (its directory fsynced) before the
+    journal is compacted or cleared for it. With ``snapshot_journal_bytes``, a compaction is
+    forced once the applied part of the journal exceeds that many bytes (pysyncobj counts
+    entries and time only; one entry can hold a 1 MiB batch).
+
     Not patched: the leader's chunking of an entry of appendEntriesBatchSizeBytes or more
     (RaftSettings keeps every entry below it), dynamic membership (refused), a snapshot without
     a fullDumpFile (ignored), the leader's loop of empty snapshot messages while its dump is
@@ -146,17 +166,87 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     _SyncObj__raftCommitIndex: int
     _SyncObj__raftLastApplied: int
     _SyncObj__raftState: int
+    _SyncObj__raftLog: Any
+    _SyncObj__transport: Any
+    _SyncObj__raftCurrentTerm: int
+    _SyncObj__votedForNodeId: Any
+    _SyncObj__forceLogCompaction: bool
 
-    def __init__(self, selfNode: Any, otherNodes: Any, conf: SyncObjConf, **kwargs: Any) -> None:
+    def __init__(self, selfNode: Any, otherNodes: Any, conf: SyncObjConf, *,
+                 journal: Any = None, snapshot_journal_bytes: int | None = None,
+                 **kwargs: Any) -> None:
+        """``journal``: the journal to run on (conf.journalFile must then be None); without
+        it, the one pysyncobj creates (the simulation's). Either way it must have
+        ``needs_sync`` and ``sync()``. ``snapshot_journal_bytes``: see the class doc."""
         if conf.dynamicMembershipChange:
             raise ValueError("the pysyncobj patches do not cover dynamic membership changes")
+        if conf.autoTick:
+            raise ValueError("the patched SyncObj is ticked by its owner (autoTick=False)")
+        if journal is not None and conf.journalFile is not None:
+            raise ValueError("give the journal or conf.journalFile, not both")
         # Before SyncObj.__init__: attributes that exist when it ends stay out of pysyncobj's
         # pickled snapshots (its __properies), and an open file must not be pickled.
         self._tl_incoming: Any = None
+        self._tl_sends: _DurableSends | None = None
+        self._tl_snapshot_journal_bytes = snapshot_journal_bytes
         #: How often each patched path ran where pysyncobj would have done otherwise (status(),
         #: and tests/sim checks that its suites reach each of them).
         self.tl_counts: collections.Counter[str] = collections.Counter()
         super().__init__(selfNode, otherNodes, conf, **kwargs)
+        if journal is not None:
+            self._tl_use_journal(journal)
+        log = self._SyncObj__raftLog
+        if not (hasattr(log, "needs_sync") and callable(getattr(log, "sync", None))):
+            raise TypeError(f"the patched SyncObj needs a journal that syncs, not "
+                            f"{type(log).__name__}")
+        self._tl_sends = _DurableSends(self._SyncObj__transport, log)
+        self._SyncObj__transport = self._tl_sends
+        self.addOnTickCallback(self._tl_flush)  # runs just before the tick's poll
+
+    def _tl_use_journal(self, journal: Any) -> None:
+        """SyncObj.__init__ built a MemoryJournal (journalFile None); these are its lines that
+        read the persistent state, on ``journal``, which replaces it."""
+        self._SyncObj__raftLog = journal
+        if len(journal) == 0:
+            journal.add(_NO_OP_COMMAND, 1, 0)
+        self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), journal[-1][2])
+        self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
+        # Clamped: a commit index past the log would commit whatever is appended there next.
+        self._SyncObj__raftCommitIndex = min(journal.getRaftCommitIndex(), journal[-1][1])
+
+    # --- durability (see the class doc)
+
+    def _tl_flush(self) -> None:
+        """Syncs the journal if it changed, then sends what waited for it. Raises
+        JournalError (the node must stop: nothing it held may be sent)."""
+        assert self._tl_sends is not None
+        self._tl_sends.flush()
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        self._tl_flush()
+        SyncObj._onTick(self, timeToWait)
+        self._tl_flush()
+
+    def _SyncObj__onBecomeLeader(self) -> None:
+        SyncObj._SyncObj__onBecomeLeader(self)
+        self._tl_flush()
+
+    def _tl_make_dump_durable(self) -> None:
+        """A dump (snapshot) renamed into place is durable only once its directory is
+        fsynced; the journal must not lose the entries it covers before that."""
+        dump_file = self._SyncObj__conf.fullDumpFile
+        if dump_file is not None:
+            fsync_directory(Path(dump_file).parent)
+
+    def _SyncObj__tryLogCompaction(self) -> None:
+        limit = self._tl_snapshot_journal_bytes
+        log = self._SyncObj__raftLog
+        if limit is not None and not self._SyncObj__forceLogCompaction:
+            applied = self._SyncObj__raftLastApplied - log[0][1]
+            if log.bytes_before(applied) > limit:
+                self.tl_counts["snapshot_for_journal_bytes"] += 1
+                self._SyncObj__forceLogCompaction = True
+        SyncObj._SyncObj__tryLogCompaction(self)
 
     def tl_keep_alive(self) -> None:
         """During a long apply, on the tick thread (see the class doc, "Long applies")."""
@@ -299,6 +389,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
             commit = max(self._SyncObj__raftCommitIndex, last_index)
         else:
             os.replace(path, self._SyncObj__conf.fullDumpFile)
+            self._tl_make_dump_durable()
             if not self._tl_load_dump(keep_matching_journal=False):
                 return
             self.tl_counts["snapshot_installed"] += 1
@@ -402,6 +493,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
             logger.critical("raft: not compacting the journal to index %d: its last entry is "
                             "%d, and pysyncobj needs two", toIDx, last_index)
             return
+        self._tl_make_dump_durable()
         SyncObj._SyncObj__deleteEntriesTo(self, toIDx)
 
     # --- leader
@@ -418,6 +510,51 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
             match_indexes[node] = max(match_indexes[node], next_index - 1)
             next_indexes[node] = max(next_indexes[node], next_index)
         self._SyncObj__lastResponseTime[node] = syncobj_module.monotonicTime()
+
+
+class _DurableSends:
+    """The SyncObj's transport, with every answer held while the journal needs a sync.
+
+    ``send`` queues a message while the journal has changes not on disk (or while earlier
+    messages to that node wait: order is kept); ``flush`` syncs the journal once, then sends
+    everything that waited, in order. One sync covers all a tick answers (batching). A failed
+    sync raises JournalError from ``flush`` and nothing held is ever sent. Every other attribute
+    is the transport's.
+
+    A leader's append_entries go at once (unless something to that node waits): they report
+    nothing about this node's disk. The leader writes its entries in parallel with the
+    followers (Raft thesis 10.2.1) and counts itself toward a majority only at the next tick's
+    commit count, after the flush that synced them; its term and vote were synced before its
+    vote requests left.
+    """
+
+    def __init__(self, transport: Any, journal: Any) -> None:
+        self.transport = transport
+        self._journal = journal
+        self._held: list[tuple[Any, Any]] = []
+        #: Journal syncs done, and messages that waited for one (status, tests).
+        self.syncs = 0
+        self.held_total = 0
+
+    def send(self, node: Any, message: Any) -> bool:
+        leader_append = isinstance(message, dict) and message.get("type") == "append_entries"
+        if (self._journal.needs_sync and not leader_append) \
+                or any(held_node == node for held_node, _ in self._held):
+            self._held.append((node, message))
+            self.held_total += 1
+            return True  # sent as far as pysyncobj can tell: a lost connection is found later
+        return bool(self.transport.send(node, message))
+
+    def flush(self) -> None:
+        if self._journal.needs_sync:
+            self._journal.sync()
+            self.syncs += 1
+        held, self._held = self._held, []
+        for node, message in held:
+            self.transport.send(node, message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
 
 
 class _RejectFloor:

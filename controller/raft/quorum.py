@@ -20,10 +20,10 @@ latin-1 blow-up that pysyncobj's protocol 2 gives binary data. A unit test decod
 entry with an unpickler that refuses all globals. A new entry format would be ``@replicated(ver=1)``
 rolled out with ``setCodeVersion``; existing ids do not shift because versions sort after 0.
 
-Snapshots (log compaction) are off unless ``RaftSettings.snapshot_min_entries`` is set: the Raft
-log then stays in memory and in the journal for good (fine at metadata rates; start-up replays it
-all). On, they run pysyncobj's snapshot path, which is unsafe unpatched; with the patches it
-passes the simulation (docs/decisions.md, "Raft adapter"). ``force_snapshot`` works either way.
+Snapshots (log compaction) run by default (RaftSettings: snapshot_min_entries entries,
+snapshot_interval_s, or snapshot_journal_bytes of applied journal, whichever first), through
+pysyncobj's snapshot path, which is unsafe unpatched; with the patches it passes the simulation
+(docs/decisions.md, "Raft adapter"). ``force_snapshot`` compacts at once.
 ``SyncObjConf(serializer=, deserializer=)`` write and read our own file: a header, the
 two Raft entries pysyncobj needs, the cluster's addresses, and ``StateMachine.snapshot()`` bytes,
 with a CRC-32 checked on read. pysyncobj pickles no attributes when a custom serializer is set.
@@ -44,9 +44,15 @@ appended in AND applied locally. On becoming leader, the controller proposes a N
 leaders, and only a committed entry of its own epoch proves that the local image holds every
 entry committed before it.
 
-Durability. pysyncobj's journal is an mmap without fsync (its meta file neither): it survives
-kill -9 (the page cache has it) but not power loss or a VM crash. Snapshots this node writes are
-fsynced; so is one received from the leader (the patched receive path).
+Durability. The journal is journal.py's DurableJournal (pysyncobj's FileJournal never fsyncs):
+entries, term and vote reach the disk at the patched SyncObj's flush points, and no message
+leaves before the sync covering what it reports (a vote, an acknowledged append): one fsync per
+flush point covers everything a tick answers. Snapshots this node writes are fsynced, so is one
+received from the leader, and their rename is made durable before the journal drops what they
+cover. A journal that cannot be written (a full disk: the file grows into space reserved with
+posix_fallocate, so that is an error, not a SIGBUS; an I/O error; its size limit) stops the node
+(``failure``), with one log line saying why; until then a leader refuses proposals that would
+take the journal past ``journal_bytes_max`` (JOURNAL_FULL).
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ from controller.raft.framing import (
     _NO_SECRET_KEY,
     _REGULAR_COMMAND_PREFIX,
 )
+from controller.raft.journal import RECORD_OVERHEAD_BYTES, DurableJournal, JournalError
 from controller.raft.patches import _STATE_LEADER, _PatchedSyncObj
 from controller.raft.self_test import _self_test
 from controller.raft.settings import RaftSettings
@@ -99,6 +106,8 @@ _PROPOSALS_PER_TICK_MAX = 64
 #: How long close() waits for the tick thread; a tick never blocks longer than tick_period_s
 #: plus a snapshot write.
 _CLOSE_TIMEOUT_S = 10.0
+#: A leader refusing proposals at the journal's limit says so at most this often.
+_JOURNAL_FULL_LOG_INTERVAL_S = 60.0
 
 
 class StateMachine(Protocol):
@@ -191,6 +200,7 @@ class RaftQuorum:
         cluster_secret: str | None = None,
         tls_files: TlsFiles | None = None,
         on_leadership_change: Callable[[bool, int], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         peers = [p for p in peer_addresses if p != self_address]
         if len(set(peers)) != len(peers):
@@ -212,6 +222,10 @@ class RaftQuorum:
         self._data_dir = Path(data_dir)
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self.journal_path = self._data_dir / "raft.journal"
+        #: The journal's term, vote and commit index (journal.py).
+        self.journal_state_path = self._data_dir / "raft.state"
+        self._journal: DurableJournal | None = None  # opened on the tick thread
+        self._journal_full_logged = -math.inf  # tick thread only
         self.snapshot_path = self._data_dir / "raft.snapshot"
 
         self._lock = threading.Lock()  # guards the three collections below and _next_seq
@@ -233,6 +247,8 @@ class RaftQuorum:
         self._wakeup: _Wakeup | None = None
         if on_leadership_change is not None:
             self._listeners.append(on_leadership_change)
+        #: Called once, on the tick thread, after a failure stopped the node (see ``failure``).
+        self._on_failure = on_failure
 
         _self_test()
         started = threading.Event()
@@ -439,6 +455,9 @@ class RaftQuorum:
             "pysyncobj_patches": self.patch_counts(),
             "transport_refused": self.transport_refusals(),
             "transport_tls": self._tls is not None,
+            # Bytes of the journal file in use, and its syncs (each covering a flush point).
+            "journal_bytes": 0 if self._journal is None else self._journal.bytes_used,
+            "journal_syncs": 0 if self._syncobj is None else int(self._syncobj._tl_sends.syncs),
             "running": self._thread.is_alive(),
             "failure": None if self._failure is None else repr(self._failure),
         }
@@ -447,7 +466,7 @@ class RaftQuorum:
 
     def close(self) -> None:
         """Stops the node: pending proposals fail with CLOSED, sockets close, the journal is
-        flushed (msync) and closed. Idempotent. The same data dir may then be reopened."""
+        synced and closed. Idempotent. The same data dir may then be reopened."""
         self._stopping.set()
         self._notify()
         if threading.current_thread() is not self._thread:
@@ -466,10 +485,13 @@ class RaftQuorum:
     def _run(self, key: bytes, started: threading.Event,
              start_error: list[BaseException]) -> None:
         try:
+            self._journal = DurableJournal(self.journal_path, self.journal_state_path,
+                                           bytes_max=self._settings.journal_bytes_max)
             consumer = _AppendConsumer(self._apply_committed)
             self._syncobj = _TidelogSyncObj(
                 self.self_address, list(self.peer_addresses), self._build_conf(),
-                consumers=[consumer],
+                consumers=[consumer], journal=self._journal,
+                snapshot_journal_bytes=self._settings.snapshot_journal_bytes,
                 transportClass=_make_transport_class(self._settings, self._on_forward_attempt,
                                                      key=key, tls=self._tls),
             )
@@ -478,6 +500,8 @@ class RaftQuorum:
             assert method_id == _APPEND_METHOD_ID, f"append has method id {method_id}"
             self._wakeup = _Wakeup(self._syncobj._poller)
         except BaseException as exc:
+            if self._journal is not None and self._syncobj is None:
+                self._journal._destroy()
             start_error.append(exc)
             started.set()
             return
@@ -498,6 +522,10 @@ class RaftQuorum:
             try:
                 self._syncobj.doTick(self._settings.tick_period_s)
             except _StateMachineFailed:
+                break
+            except JournalError as exc:
+                # One line: the message names the file and the cause (ENOSPC, EIO, the limit).
+                self._fail("cannot write its Raft journal", exc, traceback=False)
                 break
             except Exception:
                 # pysyncobj's own auto-tick loop does the same: log, pause a tick, go on. Its
@@ -525,6 +553,11 @@ class RaftQuorum:
             self._complete(proposal, None, FailReason.CLOSED)
         logger.info("raft node %d stopped%s", self.node_id,
                     "" if self._failure is None else f" after failure: {self._failure!r}")
+        if self._failure is not None and self._on_failure is not None:
+            try:
+                self._on_failure(self._failure)
+            except Exception:
+                logger.exception("raft node %d: the failure callback failed", self.node_id)
 
     def _build_conf(self) -> SyncObjConf:
         s = self._settings
@@ -553,13 +586,16 @@ class RaftQuorum:
             dnsFailCacheTime=30.0,
             # pysyncobj compacts when the log is longer than the first OR the last compaction
             # is older than the second: "off" needs both out of reach (force_snapshot works).
+            # snapshot_min_entries 0 leaves only the journal-bytes trigger (_PatchedSyncObj).
             logCompactionMinEntries=s.snapshot_min_entries if s.snapshots_on else _NEVER_ENTRIES,
             logCompactionMinTime=s.snapshot_interval_s if s.snapshots_on else math.inf,
             logCompactionSplit=False,
             logCompactionBatchSize=s.snapshot_chunk_bytes,
             commandsWaitLeader=False,  # no leader: fail fast with MISSING_LEADER, never queue
             fullDumpFile=str(self.snapshot_path),
-            journalFile=str(self.journal_path),
+            # None: pysyncobj's FileJournal is never fsynced; the patched SyncObj runs on our
+            # DurableJournal instead (journal=, see _run).
+            journalFile=None,
             bindRetryTime=1.0,
             maxBindRetries=1,  # a busy port fails the start at once (autoTick=False would spin)
             onReady=self._ready.set,
@@ -590,6 +626,7 @@ class RaftQuorum:
             more_remain = bool(self._queued)
         if more_remain:
             self._notify()  # so the next tick's poll returns at once
+        handed_bytes = 0  # journal bytes of the commands handed in this tick, not yet appended
         for proposal in proposals:
             if proposal.future.done():  # cancelled by the caller
                 self._forget(proposal)
@@ -605,11 +642,33 @@ class RaftQuorum:
             command = _REGULAR_COMMAND_PREFIX + pickle.dumps(
                 (_APPEND_METHOD_ID, (proposal.batch,)), protocol=_ENVELOPE_PICKLE_PROTOCOL)
             assert len(command) < len(proposal.batch) + _ENVELOPE_BYTES_MAX
+            entry_bytes = len(command) + RECORD_OVERHEAD_BYTES
+            if self._journal_full(handed_bytes + entry_bytes):
+                self._complete(proposal, None, FailReason.JOURNAL_FULL)
+                continue
+            handed_bytes += entry_bytes
             proposal.command = command
             self._handed[id(command)] = proposal
             # Already prefixed with the command type, so passed with commandType=None: pysyncobj
             # queues this very object, which lets _on_forward_attempt recognise it.
             self._syncobj._applyCommand(command, functools.partial(self._on_outcome, proposal))
+
+    def _journal_full(self, more_bytes: int) -> bool:
+        """Whether appending ``more_bytes`` would take the journal past its limit (logged at
+        most once a minute: compaction should have kept it far below)."""
+        journal = self._journal
+        assert journal is not None
+        if journal.bytes_used + more_bytes < journal.bytes_max:
+            return False
+        now = time.monotonic()
+        if now - self._journal_full_logged >= _JOURNAL_FULL_LOG_INTERVAL_S:
+            self._journal_full_logged = now
+            logger.error("raft node %d: refusing proposals: the journal holds %d bytes, its "
+                         "limit is %d (journal_bytes_max); log compaction has not kept it "
+                         "below %d (snapshot_journal_bytes): see the snapshot errors logged "
+                         "before this", self.node_id, journal.bytes_used, journal.bytes_max,
+                         self._settings.snapshot_journal_bytes)
+        return True
 
     def _on_forward_attempt(self, command: Any) -> None:
         """Our transport refused to forward ``command`` to another leader (see
@@ -743,8 +802,12 @@ class RaftQuorum:
                     self.node_id, last_entry[1], len(state))
         return last_entry, prev_entry, set(cluster)
 
-    def _fail(self, what: str, exc: BaseException) -> None:
-        logger.critical("raft node %d: %s; stopping the node", self.node_id, what, exc_info=exc)
+    def _fail(self, what: str, exc: BaseException, *, traceback: bool = True) -> None:
+        if traceback:
+            logger.critical("raft node %d: %s; stopping the node", self.node_id, what,
+                            exc_info=exc)
+        else:
+            logger.critical("raft node %d: %s, stopping the node: %s", self.node_id, what, exc)
         if self._failure is None:
             self._failure = exc
 

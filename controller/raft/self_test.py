@@ -15,6 +15,7 @@ from pysyncobj import SyncObjConf
 from pysyncobj.node import Node
 from pysyncobj.transport import Transport
 
+from controller.raft.journal import InMemoryJournal
 from controller.raft.patches import (
     _STATE_FOLLOWER,
     _STATE_LEADER,
@@ -62,7 +63,7 @@ def _self_test() -> None:
         conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=True, pollerType="select",
                            dynamicMembershipChange=False, journalFile=None)
         leader = Node("self-test-leader")
-        obj = _PatchedSyncObj(Node("self-test"), [leader], conf,
+        obj = _PatchedSyncObj(Node("self-test"), [leader], conf, journal=InMemoryJournal(),
                               transportClass=_SelfTestTransport)
         try:
             _run_self_test(obj, obj._SyncObj__transport, leader)

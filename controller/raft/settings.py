@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from controller.raft.framing import _ENVELOPE_BYTES_MAX, _FRAME_BYTES_MAX
+from controller.raft.journal import RECORD_OVERHEAD_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,14 +30,24 @@ class RaftSettings:
     leader_fallback_timeout_s: float = 2.0
     #: Longest wait in one poll of the tick loop; proposals and sockets wake it earlier.
     tick_period_s: float = 0.05
-    #: Log compaction (snapshots) after this many log entries or this long, whichever first;
-    #: 0 = never (the default). Off, the whole Raft log stays in memory and in the journal for
-    #: good: fine at metadata rates, but start-up replays it all (pysyncobj reads the whole
-    #: journal: ~0.55 s per 100k entries measured, libraries.md section 1). On is an opt-in
-    #: that runs pysyncobj's snapshot code, which is unsafe unpatched (tests/sim README bugs
-    #: 1, 2, 7) and is covered here by _PatchedSyncObj only (see docs/decisions.md).
-    snapshot_min_entries: int = 0
-    snapshot_interval_s: float = 600.0
+    #: Log compaction (snapshots) once the log holds this many entries or the last snapshot is
+    #: this old (if anything was applied since), whichever first; 0 = neither (the journal is
+    #: then compacted only at snapshot_journal_bytes). Metadata changes are rare at steady
+    #: state (a heartbeat writes nothing; ISR changes, topic admin and producer-id blocks do):
+    #: 20,000 entries keep a restart's journal replay near 0.1 s, the hour bounds it for a
+    #: slow trickle, and a snapshot costs the tick thread ~5 ms per 1,000 partitions (measured:
+    #: 48 ms at 10,000, 430 ms at 100,000; the state machine keeps the quorum alive meanwhile).
+    snapshot_min_entries: int = 20_000
+    snapshot_interval_s: float = 3600.0
+    #: A snapshot is forced once the applied part of the journal holds this many bytes: one
+    #: entry can carry a 1 MiB batch (a 10,000-partition CreateTopics is ~0.45 MiB), so
+    #: counting entries alone does not bound the journal.
+    snapshot_journal_bytes: int = 64 * 1024 * 1024
+    #: The journal's size limit (the whole Raft log also lives in memory): a proposal that
+    #: would cross it fails JOURNAL_FULL, and a node whose journal must grow past it stops
+    #: with a line saying so. Compaction keeps the journal far below it; it holds a full queue
+    #: of the largest uncommitted batches above snapshot_journal_bytes (checked below).
+    journal_bytes_max: int = 2 * 1024 * 1024 * 1024
     #: Snapshot bytes per message when a follower is sent a snapshot.
     snapshot_chunk_bytes: int = 256 * 1024
     #: Largest batch ``propose`` accepts (Kafka's message.max.bytes scale); split bigger ones.
@@ -55,8 +66,15 @@ class RaftSettings:
 
     @property
     def snapshots_on(self) -> bool:
-        """Whether log compaction runs on its own (force_snapshot works either way)."""
+        """Whether pysyncobj's own triggers (entries, time) compact; the journal-bytes one and
+        force_snapshot work either way."""
         return self.snapshot_min_entries > 0
+
+    @property
+    def uncommitted_bytes_max(self) -> int:
+        """The journal bytes a full queue of the largest proposals can take."""
+        return self.proposals_in_flight_max * (self.batch_bytes_max + _ENVELOPE_BYTES_MAX
+                                               + RECORD_OVERHEAD_BYTES)
 
     def __post_init__(self) -> None:
         # pysyncobj's validate() asserts the first four; checking here gives a readable error.
@@ -76,6 +94,10 @@ class RaftSettings:
                 or self.snapshot_interval_s <= 0:
             raise ValueError("snapshot_min_entries must be 0 (off) or >= 2, and "
                              "snapshot_interval_s > 0")
+        if not (self.snapshot_journal_bytes > 0 and self.journal_bytes_max
+                >= self.snapshot_journal_bytes + self.uncommitted_bytes_max):
+            raise ValueError("journal_bytes_max must hold snapshot_journal_bytes plus "
+                             "proposals_in_flight_max batches of batch_bytes_max")
         if self.proposals_in_flight_max < 1 or self.propose_timeout_ms < 1:
             raise ValueError("proposals_in_flight_max and propose_timeout_ms must be positive")
         if self.tick_period_s <= 0 or self.snapshot_chunk_bytes <= 0:

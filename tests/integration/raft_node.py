@@ -7,6 +7,9 @@ Control channel: a small HTTP server on 127.0.0.1:H (JSON answers):
 - ``GET /status``: the quorum's status() plus ``count`` and ``digest`` of the applied batches;
 - ``POST /propose[?timeout_ms=N]`` (body = the batch): ``{"ok": true, "index": i}`` once
   committed and applied here, else ``{"ok": false, "reason": NAME, "leader": ADDRESS}``;
+- ``POST /propose_many?count=N`` (body = a prefix): proposes ``prefix + %06d`` for 0..N-1,
+  at most PROPOSE_MANY_IN_FLIGHT at once; ``{"ok": n, "failed": {reason: count}}`` once each
+  has its outcome (many writes without an HTTP round trip each);
 - ``POST /snapshot``: ask for a snapshot now.
 SIGTERM closes the quorum cleanly; the tests also use kill -9.
 """
@@ -14,6 +17,7 @@ SIGTERM closes the quorum cleanly; the tests also use kill -9.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import logging
@@ -34,6 +38,8 @@ from controller.raft import ProposeError, RaftQuorum, RaftSettings
 _LENGTH = struct.Struct("<I")
 #: How long one /propose waits for its outcome (the adapter's own timeout fires first).
 _PROPOSE_WAIT_S = 10.0
+#: Proposals one /propose_many keeps in flight (below proposals_in_flight_max).
+PROPOSE_MANY_IN_FLIGHT = 256
 
 
 class ListStateMachine:
@@ -93,6 +99,9 @@ def _make_handler(quorum: RaftQuorum, machine: ListStateMachine) -> type[BaseHTT
             if self.path == "/snapshot":
                 quorum.force_snapshot()
                 self._reply({"ok": True})
+            elif self.path.startswith("/propose_many"):
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                self._reply(_propose_many(quorum, body, int(query["count"][0])))
             elif self.path.startswith("/propose"):
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
                 timeout_ms = int(query["timeout_ms"][0]) if "timeout_ms" in query else None
@@ -106,6 +115,20 @@ def _make_handler(quorum: RaftQuorum, machine: ListStateMachine) -> type[BaseHTT
                 self.send_error(404)
 
     return Handler
+
+
+def _propose_many(quorum: RaftQuorum, prefix: bytes, count: int) -> dict[str, Any]:
+    ok, failed = 0, collections.Counter[str]()
+    for start in range(0, count, PROPOSE_MANY_IN_FLIGHT):
+        futures = [quorum.propose(prefix + b"%06d" % i)
+                   for i in range(start, min(start + PROPOSE_MANY_IN_FLIGHT, count))]
+        for future in futures:
+            try:
+                future.result(_PROPOSE_WAIT_S)
+                ok += 1
+            except ProposeError as exc:
+                failed[exc.reason.name] += 1
+    return {"ok": ok, "failed": dict(failed)}
 
 
 def main() -> None:

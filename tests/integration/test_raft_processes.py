@@ -7,8 +7,11 @@ machine and a small HTTP control channel. The tests
 - kill -9 all three (after a snapshot on one of them), restart them, and compare the applied
   state (count and SHA-256 of every batch, in order) on every node; every process reports the
   pysyncobj patches' counters (it runs controller/raft/patches.py's _PatchedSyncObj);
-- with log compaction opted in (every 20 entries), kill -9 the leader and then a follower under
-  writes, and check that all three converge on the same state (snapshot installs included);
+- with log compaction every 20 entries, kill -9 the leader and then a follower under writes,
+  and check that all three converge on the same state (snapshot installs included);
+- with the default settings (compaction on), write 2.5 times the default compaction threshold
+  (entries) in rounds on the leader: no journal ever holds much more than the threshold; then kill
+  -9 all three, restart them, and every committed batch is there, the same on all three;
 - leave the leader alone and show that it cannot commit (it times out, then steps down), then
   bring a peer back and commit.
 Every process started is killed in the fixture's finally. The measured figures are printed
@@ -32,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from controller.raft import RaftSettings
 
 pytestmark = pytest.mark.integration
 
@@ -110,6 +115,10 @@ class Node:
     def propose(self, batch: bytes, timeout_ms: int | None = None) -> dict[str, Any] | None:
         path = "/propose" if timeout_ms is None else f"/propose?timeout_ms={timeout_ms}"
         return self._request(path, batch, 15.0) if self.alive else None
+
+    def propose_many(self, prefix: bytes, count: int) -> dict[str, Any] | None:
+        return self._request(f"/propose_many?count={count}", prefix, 60.0) \
+            if self.alive else None
 
     def snapshot(self) -> None:
         assert self._request("/snapshot", b"", 2.0) is not None
@@ -254,7 +263,7 @@ def test_kill9_all_then_restart_gives_identical_state(
     wait_converged(nodes, committed + 1)
 
 
-def test_compaction_opt_in_survives_kill9_of_leader_and_follower(
+def test_compaction_survives_kill9_of_leader_and_follower(
     cluster: Callable[..., list[Node]],
 ) -> None:
     nodes = cluster(["--snapshot-min-entries", "20"])
@@ -278,6 +287,59 @@ def test_compaction_opt_in_survives_kill9_of_leader_and_follower(
         # It was more than a compaction behind: it caught up by installing the leader's snapshot.
         assert victim_status["pysyncobj_patches"].get("snapshot_installed", 0) >= 1, victim_status
     assert all(node.data_dir.joinpath("raft.snapshot").exists() for node in nodes)
+
+
+#: The default-compaction test: 2.5 times the default snapshot_min_entries (20,000) of small
+#: batches, in rounds of writes on the leader, the journals' entries sampled after each.
+LONG_RUN_BATCHES = 50_000
+LONG_RUN_ROUND = 2_500
+
+
+def _same_state_of_at_least(nodes: list[Node], count: int) -> int | None:
+    try:
+        states = summaries(nodes)
+    except AssertionError:
+        return None
+    return states[0][0] if len(set(states)) == 1 and states[0][0] >= count else None
+
+
+def test_default_compaction_bounds_the_journal_and_survives_kill9_of_all(
+    cluster: Callable[..., list[Node]],
+) -> None:
+    nodes = cluster()  # raft_node.py with RaftSettings() as they are: compaction on
+    threshold = RaftSettings().snapshot_min_entries
+    peaks = [0, 0, 0]  # entries held, per node, after each round
+    acked, started = 0, time.monotonic()
+    for round_ in range(LONG_RUN_BATCHES // LONG_RUN_ROUND):
+        leader = wait_for(lambda: leader_of(nodes), "a leader")
+        result = leader.propose_many(b"long-run-%03d-" % round_, LONG_RUN_ROUND)
+        acked += 0 if result is None else int(result["ok"])
+        for node in nodes:
+            status = node.status()
+            if status is not None:
+                peaks[node.node_id] = max(peaks[node.node_id], status["log_entries"])
+    assert acked >= LONG_RUN_BATCHES * 0.9, acked  # an election may fail a round's writes
+    # A write that failed with an unknown outcome may have committed too: at least every ack.
+    committed = wait_for(lambda: _same_state_of_at_least(nodes, acked), "convergence")
+    held = [node.status()["log_entries"] for node in nodes]  # type: ignore[index]
+    sizes = [node.data_dir.joinpath("raft.journal").stat().st_size for node in nodes]
+    print(f"\n{acked} writes in {time.monotonic() - started:.1f} s; entries held at most "
+          f"{peaks}, now {held}; journal files {sizes} bytes")
+    # Compacted every 20,000 entries: never more held than that and a round, and the file is
+    # rewritten small each time (1 MiB: its first allocation).
+    assert max(peaks) < threshold + LONG_RUN_ROUND and max(held) < threshold, (peaks, held)
+    assert max(sizes) <= 4 * 1024 * 1024, sizes
+    assert all(node.data_dir.joinpath("raft.snapshot").exists() for node in nodes)
+    before = summaries(nodes)[0]
+
+    for node in nodes:
+        node.kill9()
+    for node in nodes:
+        node.start()
+    wait_converged(nodes, committed)
+    assert summaries(nodes)[0] == before
+    write_until_ok(nodes, b"after-restart")
+    wait_converged(nodes, committed + 1)
 
 
 def test_leader_left_alone_cannot_commit(cluster: Callable[..., list[Node]]) -> None:

@@ -183,11 +183,21 @@ def adapter_patches() -> Any:
     return raft
 
 
+#: Patched modes whose nodes run on the adapter's DurableJournal model (SimJournal durable=True).
+DURABLE_MODES = frozenset({"adapter", "follower-only"})
+#: Simulated seconds between the kernel's writebacks of a journal that never syncs (Linux's
+#: dirty_writeback_centisecs is 5 s; pages older than dirty_expire_centisecs, 30 s, go then).
+WRITEBACK_PERIOD_S = 5.0
+
+
 def _syncobj_class(patched: str) -> type:
     if not patched:
         return SyncObj
     patched_class: type = adapter_patches()._PatchedSyncObj
-    if patched == "adapter":
+    if patched in ("adapter", "no-fsync"):
+        # no-fsync: the adapter before its durable journal (pysyncobj's FileJournal model: it
+        # never needs a sync, so nothing waits for one and nothing survives a power loss but
+        # what the kernel wrote back).
         return patched_class
     if patched == "follower-only":
         return type("FollowerOnlyPatches", (patched_class,), {
@@ -262,19 +272,27 @@ class SimConfig:
     #: transport's _RejectFloor on every reply a follower sends; "follower-only" is the same
     #: with the leader's reply handling left as pysyncobj's (its stale-success nextIndex
     #: regression makes resends frequent, so the follower's rule is shown to hold alone).
+    #: "no-fsync" is "adapter" on pysyncobj's FileJournal model (never synced: the adapter as
+    #: it was before its DurableJournal), to show what power loss does without the syncs.
     #: "" runs pysyncobj as is. Not combined with ``workarounds``.
     patched: str = ""
+    #: Patched runs: check Raft's persistence rules as each message is sent and as a leader
+    #: commits (check_durable_send, _check_durable_commit). False leaves only the invariants
+    #: a client sees, to show what breaking those rules leads to.
+    check_durability: bool = True
 
     def raft_conf(self) -> dict[str, Any]:
         return dict(self.raft)
 
 
 def scenario(seed: int, *, snapshots: bool = False, raft_overrides: dict[str, Any] | None = None,
-             workarounds: list[str] | tuple[str, ...] = (), **overrides: Any) -> SimConfig:
+             workarounds: list[str] | tuple[str, ...] = (), power_loss: bool = False,
+             **overrides: Any) -> SimConfig:
     """The seed's random scenario: cluster size, timing, load and fault rate all vary.
 
     ``snapshots=True`` turns log compaction on (a random, small threshold, plus forced
-    compactions as a fault), so followers install snapshots.
+    compactions as a fault), so followers install snapshots. ``power_loss=True`` adds power
+    losses of one node and of all (raftsim_faults.py).
     """
     rng = random.Random(f"{seed}/scenario")
     raft = dict(RAFT_DEFAULTS)
@@ -297,7 +315,7 @@ def scenario(seed: int, *, snapshots: bool = False, raft_overrides: dict[str, An
         client_rate_per_s=rng.choice([10.0, 30.0, 60.0]),
         batch_bytes=(16, rng.choice([64, 512, 2048])),
         fault_interval_s=rng.choice([0.5, 1.0, 2.0, 4.0]),
-        fault_weights=fault_weights(snapshots=snapshots),
+        fault_weights=fault_weights(snapshots=snapshots, power_loss=power_loss),
         clock_drift=rng.choice([0.0, 0.02, 0.1]),
         net=NetConfig(base_delay_us=(100, rng.choice([1_000, 5_000, 20_000]))),
         raft=tuple(raft.items()),
@@ -391,6 +409,7 @@ class Simulation:
         self._seq = 0
         self._tiebreak = self.rng_for("tiebreak")
         self._client_rng = self.rng_for("clients")
+        self._power_rng = self.rng_for("power")
         if config.patched and config.workarounds:
             raise ValueError("patched runs use the adapter's fixes only, not the sim's workarounds")
         self._raft_conf = config.raft_conf()
@@ -502,7 +521,8 @@ class Simulation:
         rng = self.rng_for(f"node{i}")
         drift = self.config.clock_drift
         return _Node(
-            index=i, obj=SimNode(i), journal=SimJournal(),
+            index=i, obj=SimNode(i),
+            journal=SimJournal(durable=self.config.patched in DURABLE_MODES),
             dump_path=os.path.join(self._dump_dir, f"n{i}.dump"), rng=rng,
             clock_offset_s=rng.uniform(1_000.0, 100_000.0),
             clock_rate=rng.uniform(1.0 - drift, 1.0 + drift),
@@ -531,22 +551,28 @@ class Simulation:
                                           nodeClass=SimNode, transportClass=transport_class)
         finally:
             self._leave()
-        self.net.register(i, node.so._SyncObj__transport)
+        transport = node.so._SyncObj__transport
+        # Patched, that is the adapter's _DurableSends around the SimTransport.
+        self.net.register(i, getattr(transport, "transport", transport))
         self.checker.on_restart(node.obj.id)
         self.trace(f"start n{i} incarnation {incarnation} journal {len(node.journal)} entries")
         self._tick_at(i, self.now_us + TICK_SOON_US)
 
-    def crash(self, i: int) -> None:
-        """kill -9: the process is gone, its journal keeps what FileJournal would keep."""
+    def crash(self, i: int, *, power_loss: bool = False) -> None:
+        """kill -9: the process is gone, its journal keeps what its model keeps; with
+        ``power_loss``, the machine is too: its journal keeps only what reached the disk."""
         node = self.nodes[i]
         node.running, node.paused, node.tick_due_us = False, False, None
         self.net.on_crash(i)
-        node.journal.crash()
+        if power_loss:
+            node.journal.power_loss(self._power_rng)
+        else:
+            node.journal.crash()
         self._release_process(node)
         for op in self.ops.values():
             if op.node == i and op.incarnation == node.incarnation and op.outcome is None:
                 self._finish_op(op, "info:crashed")
-        self.trace(f"crash n{i}")
+        self.trace(f"{'power loss' if power_loss else 'crash'} n{i}")
 
     def pause(self, i: int) -> None:
         self.nodes[i].paused = True
@@ -591,6 +617,53 @@ class Simulation:
         self.call_in_node(i, lambda: node.so.doTick(0.0), wake=False)
         period_us = int(self._tick_period_s * US / node.clock_rate)
         self._tick_at(i, self.now_us + period_us + self._tiebreak.randint(0, TICK_JITTER_US))
+
+    def _on_writeback(self) -> None:
+        """The kernel's periodic writeback (journals that never sync; a no-op for the others)."""
+        self.schedule(self.now_us + int(WRITEBACK_PERIOD_S * US), "writeback", self._on_writeback)
+        for node in self.nodes:
+            if node.running:
+                node.journal.on_writeback()
+
+    # --- durability (patched runs): nothing answered before it is on disk ----------------------
+    def check_durable_send(self, a: int, b: int, message: Any) -> None:
+        """Raft's persistence rules, checked as node a sends: a vote request or answer only once
+        the term and vote it reflects are synced, a successful append reply only once the
+        entries it acknowledges are."""
+        if not (self.config.patched and self.config.check_durability):
+            return
+        kind = message.get("type")
+        journal = self.nodes[a].journal
+        if kind in ("request_vote", "response_vote"):
+            term, vote = journal.synced_term_and_vote()
+            voted_for = self.nodes[a if kind == "request_vote" else b].obj.id
+            if not (term > message["term"] or (term == message["term"] and vote == voted_for)):
+                raise InvariantViolation(
+                    f"durability: n{a} sent {kind} of term {message['term']} to n{b} while its "
+                    f"synced term and vote were {term}, {vote!r} (a power loss forgets it)")
+        elif kind == "next_node_idx" and message["success"]:
+            acked = min(message["next_node_idx"] - 1, journal.entries[-1][1])
+            synced = journal.synced_entry_at(acked)
+            if synced is None or (synced is not True and synced != journal.entry_at(acked)):
+                raise InvariantViolation(
+                    f"durability: n{a} acknowledged entries up to {acked} to n{b} before "
+                    f"syncing them (a power loss loses an acknowledged entry)")
+
+    def _check_durable_commit(self, node: _Node, commit: int) -> None:
+        """A leader's commit index counts only copies on disk: a majority must have synced the
+        entry it commits (with the leader's term for it)."""
+        if not (self.config.patched and self.config.check_durability) \
+                or node.so._SyncObj__raftState != LEADER:
+            return
+        entry = node.journal.entry_at(commit)
+        if entry is None:
+            return  # compacted: counted when it was committed
+        holders = sum(1 for n in self.nodes
+                      if n.journal.synced_entry_at(commit) in (True, entry))
+        if holders <= self.config.nodes // 2:
+            raise InvariantViolation(
+                f"durability: leader n{node.index} committed entry {commit} while only "
+                f"{holders} of {self.config.nodes} nodes had it on disk")
 
     # --- pysyncobj callbacks (run inside a node step) ---------------------------------------------
     def _on_apply(self, i: int, raft_index: int, batch: bytes) -> None:
@@ -684,6 +757,9 @@ class Simulation:
                     self.start(i)
                 self.schedule(int(config.warmup_s * US), "fault", self.faults.on_fault)
                 self.schedule(0, "client", self._on_client)
+                if any(kind.startswith("power_loss") for kind, _ in config.fault_weights):
+                    # Only then does it matter (scheduling draws a tie-break, moving seeds).
+                    self.schedule(int(WRITEBACK_PERIOD_S * US), "writeback", self._on_writeback)
                 self.schedule(faults_end_us, "end of faults", self._end_faults)
                 self.schedule(load_end_us, "end of load", self._end_load)
                 self._loop(end_us)
@@ -776,6 +852,8 @@ class Simulation:
         commit = node.so.raftCommitIndex
         if commit < node.commit_seen:
             self._anomaly(f"n{node.index} commit index went back {node.commit_seen} -> {commit}")
+        if commit > node.commit_seen:
+            self._check_durable_commit(node, commit)
         node.commit_seen = commit
         verified = min(node.commit_verified, commit)
         for raft_index in range(max(verified + 1, journal.first_index()), min(commit, last) + 1):

@@ -49,35 +49,63 @@ class SimNode(Node):
 
 
 class SimJournal(Journal):
-    """pysyncobj's ``FileJournal`` as the simulation's disk, kept in memory across restarts.
+    """A journal as the simulation's disk, kept in memory across restarts.
 
-    The durability model is FileJournal's under a process crash (kill -9), not under power loss:
-    - entries are written through mmap at once, so every added entry survives a process crash
-      (the page cache outlives the process);
-    - current term and vote are written synchronously (``storeMeta`` on each change);
-    - the commit index is kept in memory and written on the one-second timer (or along with a
-      term change), so a crash forgets the commit index set since the last write.
-    :meth:`crash` applies that model; the restarted ``SyncObj`` is handed the same object.
+    Two models, chosen by ``durable``:
+
+    - ``durable=False``: pysyncobj's ``FileJournal`` under a process crash (kill -9), not under
+      power loss. Every added entry survives a process crash (mmap, page cache); current term
+      and vote are written at once (``storeMeta`` on each change); the commit index is written on
+      the one-second timer (or with a term change), so a crash forgets a newer one. Nothing is
+      ever synced: a power loss keeps what the kernel wrote back, which :meth:`on_writeback`
+      models (the simulation calls it every few seconds).
+    - ``durable=True``: the adapter's DurableJournal (controller/raft/journal.py). Entries are
+      written at once (pwrite: they survive kill -9), term, vote and commit index only when
+      synced; only :meth:`sync` makes anything survive a power loss. The patched SyncObj asks for
+      a sync (``needs_sync``) before anything it sends.
+
+    :meth:`crash` applies a process crash and :meth:`power_loss` a power loss to it; the
+    restarted ``SyncObj`` is handed the same object.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable
         self.entries: list[tuple[bytes, int, int]] = []
         self._meta: dict[str, Any] = {}
         self._meta_on_disk: dict[str, Any] = {}
         self._meta_saved = True
+        #: What a power loss keeps: the entries and meta as of the last sync (or writeback).
+        self.synced_entries: list[tuple[bytes, int, int]] = []
+        self.synced_meta: dict[str, Any] = {}
+        #: Leading entries of ``entries`` known to equal ``synced_entries``'.
+        self._synced_prefix = 0
+        self._entries_unsynced = False
+        self._meta_unsynced = False
+        self.syncs = 0
 
     # --- pysyncobj's Journal interface --------------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
         self.entries.append((command, idx, term))
+        self._entries_unsynced = True
 
     def clear(self) -> None:
-        self.entries = []
+        self.deleteEntriesFrom(0)
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         del self.entries[entryFrom:]
+        self._synced_prefix = min(self._synced_prefix, max(entryFrom, 0))
+        self._entries_unsynced = True
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         self.entries = self.entries[entryTo:]
+        if self.durable:
+            # DurableJournal compacts into a new file, synced before it replaces the old one.
+            self.synced_entries = list(self.entries)
+            self._synced_prefix = len(self.entries)
+            self._entries_unsynced = False
+        else:
+            self._synced_prefix = 0
+            self._entries_unsynced = True
 
     def __getitem__(self, item: Any) -> Any:
         return self.entries[item]
@@ -98,7 +126,10 @@ class SimJournal(Journal):
     def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
         self._meta["currentTerm"] = term
         self._meta["votedForNodeId"] = votedForNodeId
-        self._store_meta()
+        if self.durable:
+            self._meta_unsynced = True
+        else:
+            self._store_meta()
 
     def getCurrentTerm(self) -> int:
         return int(self._meta.get("currentTerm", 0))
@@ -107,8 +138,38 @@ class SimJournal(Journal):
         return self._meta.get("votedForNodeId")
 
     def onOneSecondTimer(self) -> None:
-        if not self._meta_saved:
+        if self._meta_saved:
+            return
+        self._meta_saved = True
+        if self.durable:
+            self._meta_unsynced = True
+        else:
             self._store_meta()
+
+    # --- durability (the patched SyncObj's side) ----------------------------------------------
+    @property
+    def needs_sync(self) -> bool:
+        return self.durable and (self._entries_unsynced or self._meta_unsynced)
+
+    def sync(self) -> None:
+        if not self.durable:
+            return  # pysyncobj's FileJournal never syncs
+        self._make_durable()
+        if self._meta_unsynced:
+            self._meta_on_disk = dict(self._meta)
+        self._entries_unsynced = self._meta_unsynced = False
+        self.syncs += 1
+
+    def on_writeback(self) -> None:
+        """The kernel writes dirty pages back (FileJournal only: DurableJournal syncs itself)."""
+        if not self.durable:
+            self._make_durable()
+
+    def _make_durable(self) -> None:
+        del self.synced_entries[self._synced_prefix:]
+        self.synced_entries.extend(self.entries[self._synced_prefix:])
+        self._synced_prefix = len(self.entries)
+        self.synced_meta = dict(self._meta_on_disk if not self.durable else self._meta)
 
     # --- the simulation's side ----------------------------------------------------------------
     def _store_meta(self) -> None:
@@ -119,6 +180,34 @@ class SimJournal(Journal):
         """A process crash: what was only in memory (an unwritten commit index) is gone."""
         self._meta = dict(self._meta_on_disk)
         self._meta_saved = True
+        self._meta_unsynced = False
+
+    def power_loss(self, rng: random.Random) -> None:
+        """The machine loses power: what was synced survives, and of the entries appended since,
+        a random prefix (pages the kernel happened to write; DurableJournal reads back a chained
+        prefix, so never a mix of a truncated log and a new one)."""
+        self.crash()
+        appended = self.entries[len(self.synced_entries):] \
+            if self._synced_prefix == len(self.synced_entries) else []
+        # What is read back after the restart is on the disk: synced from now on.
+        self.entries = self.synced_entries + appended[:rng.randint(0, len(appended))]
+        self.synced_entries = list(self.entries)
+        self._synced_prefix = len(self.entries)
+        self._entries_unsynced = False
+        self._meta = dict(self.synced_meta)
+        self._meta_on_disk = dict(self.synced_meta)
+
+    def synced_term_and_vote(self) -> tuple[int, Any]:
+        return int(self.synced_meta.get("currentTerm", 0)), self.synced_meta.get("votedForNodeId")
+
+    def synced_entry_at(self, raft_index: int) -> tuple[bytes, int, int] | bool | None:
+        """The synced entry with this index; True if a compaction dropped it (the dump holds
+        it); None if the synced journal does not reach it."""
+        entries = self.synced_entries
+        if entries and raft_index < entries[0][1]:
+            return True
+        pos = raft_index - (entries[0][1] if entries else 0)
+        return entries[pos] if entries and 0 <= pos < len(entries) else None
 
     def first_index(self) -> int:
         return self.entries[0][1] if self.entries else 0

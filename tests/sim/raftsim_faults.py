@@ -15,6 +15,9 @@ currently thinks it is leader). Every fault but a compaction undoes itself after
 - reset: the network resets one connection (both ends get an RST; data in flight is lost).
 - slow: one direction of one link gets 5-300 times slower for 0.5-8 s.
 - compact: ``forceLogCompaction()`` on one node (only with snapshots enabled).
+- power_loss / power_loss_all: one node's machine, or every one at once, loses power: its
+  journal keeps only what reached the disk (SimJournal.power_loss), restarted after 0.05-10 s
+  (0.05-3 s for all); only where the weights ask for it (``power_loss=True``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from raftsim_net import US
 if TYPE_CHECKING:
     from raftsim import Simulation, _Node
 
-FAULT_KINDS = ("partition", "crash", "crash_all", "pause", "reset", "slow", "compact")
+FAULT_KINDS = ("partition", "crash", "crash_all", "pause", "reset", "slow", "compact",
+               "power_loss", "power_loss_all")
 PARTITION_SPAN_S = (0.3, 10.0)
 CRASH_SPAN_S = (0.05, 10.0)
 CRASH_ALL_SPAN_S = (0.05, 3.0)
@@ -117,23 +121,29 @@ class FaultInjector:
         if healed:
             self.sim.trace(f"heal {sorted(healed)}")
 
-    def _crash(self) -> None:
+    def _crash(self, *, power_loss: bool = False) -> None:
         node = self._pick(self._up()) if self._down_budget() > 0 else None
         if node is None:
             return
-        self.counts["crash"] += 1
-        self.sim.crash(node.index)
+        self.counts["power_loss" if power_loss else "crash"] += 1
+        self.sim.crash(node.index, power_loss=power_loss)
         self.sim.schedule(self._later(CRASH_SPAN_S), "restart", self._restart, node.index)
 
-    def _crash_all(self) -> None:
+    def _crash_all(self, *, power_loss: bool = False) -> None:
         if any(not n.running for n in self.sim.nodes):
             return
-        self.counts["crash_all"] += 1
+        self.counts["power_loss_all" if power_loss else "crash_all"] += 1
         for node in self.sim.nodes:
-            self.sim.crash(node.index)
+            self.sim.crash(node.index, power_loss=power_loss)
         for node in self.sim.nodes:
             self.sim.schedule(self._later(CRASH_ALL_SPAN_S), "restart", self._restart,
                               node.index)
+
+    def _power_loss(self) -> None:
+        self._crash(power_loss=True)
+
+    def _power_loss_all(self) -> None:
+        self._crash_all(power_loss=True)
 
     def _restart(self, i: int) -> None:
         if not self.sim.nodes[i].running:
@@ -170,8 +180,11 @@ class FaultInjector:
             node.so.forceLogCompaction()
 
 
-def fault_weights(*, snapshots: bool) -> tuple[tuple[str, float], ...]:
+def fault_weights(*, snapshots: bool, power_loss: bool = False,
+                  ) -> tuple[tuple[str, float], ...]:
     weights = {"partition": 3.0, "crash": 2.0, "crash_all": 0.15, "pause": 2.0, "reset": 1.0,
-               "slow": 1.0, "compact": 1.0 if snapshots else 0.0}
+               "slow": 1.0, "compact": 1.0 if snapshots else 0.0,
+               "power_loss": 2.0 if power_loss else 0.0,
+               "power_loss_all": 0.15 if power_loss else 0.0}
     return tuple((kind, weight) for kind, weight in weights.items() if weight > 0)
 

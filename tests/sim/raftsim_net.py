@@ -237,6 +237,7 @@ class SimNetwork:
         floor = self.transports[a].reject_floor
         if floor is not None:
             message = floor.apply(b, message)
+        self.sim.check_durable_send(a, b, message)
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         self.counters["sent"] += 1
         if self.config.datagram and self.rng.random() < self.config.drop_rate:

@@ -83,11 +83,14 @@ PATCHED_PATHS = {
     "truncate-on-reorder": ["append_kept_tail"],
 }
 #: Random snapshot runs pinned for the patched paths they reach (seed -> paths): snapshot
-#: chunks that must not commit, stale snapshots, installs, and a restart between a dump and
-#: its compaction (the journal's tail kept).
+#: chunks that must not commit, stale snapshots, installs. A restart between a dump and its
+#: compaction (dump_journal_kept) is not pinned here: since replies wait for the journal's
+#: sync, that window is a few milliseconds and any timing change moves a seed off it (seed 6,
+#: then 494, the first of 0-494 to reach it); tests/unit/test_raft_adapter.py stops a quorum
+#: there on purpose instead.
 PATCHED_PATH_RUNS = {
     3: ["snapshot_chunk_no_commit", "snapshot_installed", "snapshot_stale_ignored"],
-    6: ["dump_journal_kept", "snapshot_installed"],
+    6: ["snapshot_installed"],
 }
 #: The failure a known bug produces, to tell it from anything else.
 BUG_SIGNATURES = {
@@ -180,6 +183,39 @@ def test_random_fault_schedule_with_snapshots_and_adapter_patches(seed: int) -> 
     assert not result.behind, f"seed {seed}: nodes did not converge: {result.behind}"
 
 
+@pytest.mark.parametrize("snapshots", [False, True], ids=["no-snapshots", "snapshots"])
+@pytest.mark.parametrize("seed", range(max(1, SEEDS // 8)))
+def test_power_loss_with_adapter_patches(seed: int, snapshots: bool) -> None:
+    """Power losses of one node and of all (the journal keeps what was synced, and maybe some
+    of what followed) on top of the other faults, with the adapter's patches and its durable
+    journal: Raft's persistence rules hold at every send and commit, nothing may fail, every
+    node catches up."""
+    config = scenario(seed, duration_s=DURATION_S, snapshots=snapshots, patched="adapter",
+                      power_loss=True)
+    _, result = _run(config)
+    print(result.summary())
+    assert result.faults["power_loss"] + result.faults["power_loss_all"] > 0
+    assert not result.behind, f"seed {seed}: nodes did not converge: {result.behind}"
+
+
+def test_without_fsync_a_vote_goes_out_before_it_is_on_disk() -> None:
+    """The adapter as it was (pysyncobj's journal, never synced): the first vote request
+    already breaks the persistence rule the durable journal keeps."""
+    config = scenario(1, duration_s=5.0, patched="no-fsync", power_loss=True)
+    with pytest.raises(PysyncobjRaised, match="durability: n3 sent request_vote of term 1"):
+        _run(config)
+
+
+def test_without_fsync_a_power_loss_loses_a_committed_record() -> None:
+    """What that rule is for, with only the client-visible invariants checked: a node that lost
+    power forgot entries it had acknowledged (the kernel had not written them back), and a
+    later leader lacks a committed record (seed 23, power losses on, 1 of 40 such runs)."""
+    config = scenario(23, duration_s=DURATION_S, patched="no-fsync", power_loss=True,
+                      check_durability=False)
+    with pytest.raises(InvariantViolation, match="leader completeness"):
+        _run(config)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW_TIMEOUT_S)
 @pytest.mark.parametrize("snapshots", [False, True], ids=["no-snapshots", "snapshots"])
@@ -207,12 +243,15 @@ def test_many_long_fault_schedules(snapshots: bool) -> None:
     print(f"{SLOW_SEEDS} seeds, known bugs hit: {known}")
 
 
-#: The slow sweeps of the adapter's patches: (snapshots, patched mode, datagram network).
+#: The slow sweeps of the adapter's patches: (snapshots, patched mode, datagram network,
+#: power losses).
 PATCHED_SWEEPS = {
-    "no-snapshots": (False, "adapter", False),
-    "snapshots": (True, "adapter", False),
-    "snapshots-follower-only": (True, "follower-only", False),
-    "datagram": (False, "adapter", True),
+    "no-snapshots": (False, "adapter", False, False),
+    "snapshots": (True, "adapter", False, False),
+    "snapshots-follower-only": (True, "follower-only", False, False),
+    "datagram": (False, "adapter", True, False),
+    "power-loss": (False, "adapter", False, True),
+    "power-loss-snapshots": (True, "adapter", False, True),
 }
 
 
@@ -225,12 +264,15 @@ def test_many_long_fault_schedules_with_adapter_patches(family: str) -> None:
 
     "snapshots-follower-only" leaves the leader's stale-success regression in (so resends are
     frequent) to show that the follower's rule alone keeps safety; "datagram" reorders and
-    drops messages, which pysyncobj is not written for, to show the same rule holds there.
+    drops messages, which pysyncobj is not written for, to show the same rule holds there;
+    "power-loss*" add power losses (the durable journal's persistence rules checked at every
+    send and commit).
     """
-    snapshots, patched, datagram = PATCHED_SWEEPS[family]
+    snapshots, patched, datagram, power_loss = PATCHED_SWEEPS[family]
     counts: collections.Counter[str] = collections.Counter()
     for seed in range(2000, 2000 + SLOW_SEEDS):
-        config = scenario(seed, duration_s=SLOW_DURATION_S, snapshots=snapshots, patched=patched)
+        config = scenario(seed, duration_s=SLOW_DURATION_S, snapshots=snapshots, patched=patched,
+                          power_loss=power_loss)
         if datagram:
             config = replace(config, net=NetConfig(datagram=True, drop_rate=0.05))
         _, result = _run(config)

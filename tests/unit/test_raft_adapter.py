@@ -8,9 +8,12 @@ leader even when it got past the check; each typed failure (NOT_LEADER,
 QUEUE_FULL, REQUEST_TIMED_OUT, CLOSED) and which ones leave the outcome unknown; leadership
 callbacks in order, with a NoOp proposed from the callback; snapshots through the custom
 serializer (forced compaction, restart, restore + journal replay; install on a lagging follower;
-a corrupt snapshot or a failing state machine stopping the node); journal entries holding only
-the batch bytes (decoded with an unpickler that refuses every global); every SyncObjConf field
-set explicitly; compaction off by default (pysyncobj's two thresholds out of reach); every
+a corrupt snapshot or a failing state machine stopping the node; a restart between a snapshot
+and its compaction keeping the journal after it); journal entries holding only the batch bytes
+(decoded with an unpickler that refuses every global); every SyncObjConf field set explicitly
+(pysyncobj's FileJournal replaced by the DurableJournal); compaction on by default, and by
+journal bytes keeping the journal below its limit; a leader refusing proposals (JOURNAL_FULL)
+once snapshots fail and the journal reaches its limit; every
 message the quorums send passing the transport's checks, and a node with another cluster secret
 kept out (tests/unit/test_raft_transport.py tests the transport itself); and the
 pysyncobj patches (controller/raft/patches.py's _PatchedSyncObj, proven in tests/sim): used by every
@@ -177,7 +180,10 @@ def test_every_syncobjconf_field_is_set_explicitly(
     assert passed["appendEntriesUseBatch"] is False and passed["useFork"] is False
     assert passed["commandsWaitLeader"] is False and passed["dynamicMembershipChange"] is False
     assert passed["connectionRetryTime"] == 0.5
-    assert passed["journalFile"] == str(quorum[0].journal_path)
+    # pysyncobj's FileJournal is never fsynced: the patched SyncObj runs on the DurableJournal.
+    assert passed["journalFile"] is None
+    assert isinstance(quorum[0]._syncobj._SyncObj__raftLog, raft.journal.DurableJournal)
+    assert quorum[0]._syncobj._SyncObj__raftLog.path == quorum[0].journal_path
 
 
 def test_single_node_applies_in_order_on_its_tick_thread(cluster: Cluster) -> None:
@@ -319,17 +325,19 @@ def test_leadership_callback_can_propose_a_noop(cluster: Cluster) -> None:
 
 
 def _journal_commands(path: Path) -> list[tuple[int, bytes]]:
-    """Parses pysyncobj's journal format (header, then [u32 size, u64 index, u64 term, command,
-    u32 size] records) without pysyncobj, so the on-disk layout itself is checked."""
+    """Parses the journal's format (a 16-byte header, then [u32 body size, u32 chained CRC,
+    u64 index, u64 term, command] records up to a zero size) without the adapter, so the
+    on-disk layout itself is checked."""
     data = path.read_bytes()
-    (end,) = struct.unpack_from("<I", data, 36)
-    offset, commands = 40, []
-    while offset < end:
-        (size,) = struct.unpack_from("<I", data, offset)
-        index, _term = struct.unpack_from("<QQ", data, offset + 4)
-        commands.append((index, data[offset + 20:offset + 4 + size]))
+    assert data.startswith(b"TLRAFTJL")
+    offset, commands = 16, []
+    while True:
+        size, _crc = struct.unpack_from("<II", data, offset)
+        if size == 0:
+            return commands
+        index, _term = struct.unpack_from("<QQ", data, offset + 8)
+        commands.append((index, data[offset + 24:offset + 8 + size]))
         offset += size + 8
-    return commands
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -481,9 +489,10 @@ def test_failing_state_machine_stops_the_node(cluster: Cluster) -> None:
     assert events[-1][0] is False
 
 
-def test_compaction_is_off_by_default(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compaction_is_on_by_default(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """pysyncobj compacts when the log is longer than logCompactionMinEntries OR the last
-    compaction is older than logCompactionMinTime: off means both out of reach."""
+    compaction is older than logCompactionMinTime: both are passed (the journal-bytes trigger is
+    the patched SyncObj's); 0 entries leaves both out of reach."""
     real_conf = raft.quorum.SyncObjConf
     passed: list[dict[str, Any]] = []
 
@@ -492,14 +501,17 @@ def test_compaction_is_off_by_default(cluster: Cluster, monkeypatch: pytest.Monk
         return real_conf(**kwargs)
 
     monkeypatch.setattr(raft.quorum, "SyncObjConf", recording_conf)
-    assert RaftSettings().snapshot_min_entries == 0 and not RaftSettings().snapshots_on
-    cluster.start_all(1)
+    defaults = RaftSettings()
+    assert defaults.snapshots_on and defaults.snapshot_min_entries == 20_000
+    assert defaults.snapshot_interval_s == 3600.0
+    (quorum,), _ = cluster.start_all(1)
+    assert passed[-1]["logCompactionMinEntries"] == 20_000
+    assert passed[-1]["logCompactionMinTime"] == 3600.0
+    assert quorum._syncobj._tl_snapshot_journal_bytes == defaults.snapshot_journal_bytes
+    off = dataclasses.replace(SINGLE, snapshot_min_entries=0)
+    cluster.start_all(1, off)
     assert passed[-1]["logCompactionMinEntries"] >= 2**62
     assert passed[-1]["logCompactionMinTime"] == math.inf
-    on = dataclasses.replace(SINGLE, snapshot_min_entries=20, snapshot_interval_s=30.0)
-    cluster.start_all(1, on)
-    assert passed[-1]["logCompactionMinEntries"] == 20
-    assert passed[-1]["logCompactionMinTime"] == 30.0
     for bad in (1, -1):
         with pytest.raises(ValueError, match="snapshot_min_entries"):
             RaftSettings(snapshot_min_entries=bad)
@@ -536,7 +548,9 @@ def test_self_test_tells_the_patched_follower_from_pysyncobjs() -> None:
                        dynamicMembershipChange=False, journalFile=None)
     for cls, fails in ((raft._PatchedSyncObj, False), (SyncObj, True)):
         leader = Node("leader")
-        obj = cls(Node("self"), [leader], conf, transportClass=raft._SelfTestTransport)
+        journal = {"journal": raft.journal.InMemoryJournal()} if not fails else {}
+        obj = cls(Node("self"), [leader], conf, transportClass=raft._SelfTestTransport,
+                  **journal)
         try:
             if fails:
                 with pytest.raises(raft.PysyncobjMismatchError, match="truncated matching"):
@@ -640,3 +654,85 @@ def test_a_long_apply_keeps_the_leader_when_the_state_machine_keeps_it_alive(
         assert max(epochs) > epoch, "the followers elected a new leader meanwhile"
     for machine in machines:
         assert machine.batches == [b"before", b"slow", b"after"]
+
+
+#: A journal limit small enough to reach in a test: 16 batches of 64 KiB in flight, compaction
+#: at 256 KiB of applied journal, the limit at 2 MiB (the production limits: test_raft_journal).
+SMALL_JOURNAL = dataclasses.replace(
+    SINGLE, snapshot_min_entries=0, batch_bytes_max=64 * 1024, proposals_in_flight_max=16,
+    snapshot_journal_bytes=256 * 1024, journal_bytes_max=2 * 1024 * 1024)
+
+
+def test_compaction_keeps_the_journal_below_its_limit(cluster: Cluster) -> None:
+    """Batches adding up to three times the journal's limit: compaction (by journal bytes, the
+    entry count being off here) keeps it below the limit, and a restart has every batch."""
+    addresses = [f"127.0.0.1:{free_port()}"]
+    quorum = cluster.start(0, addresses, ListStateMachine(), SMALL_JOURNAL)
+    wait_leader([quorum])
+    batches = [b"%04d" % i + bytes(60_000) for i in range(100)]
+    for start in range(0, len(batches), 8):
+        propose_all(quorum, batches[start:start + 8])
+        assert quorum.status()["journal_bytes"] < SMALL_JOURNAL.journal_bytes_max
+    assert quorum.patch_counts().get("snapshot_for_journal_bytes", 0) > 0
+    assert quorum.journal_path.stat().st_size < SMALL_JOURNAL.journal_bytes_max
+    quorum.close()
+    again = ListStateMachine()
+    cluster.start(0, addresses, again, SMALL_JOURNAL)
+    wait_for(lambda: again.batches == batches, "snapshot restore and journal replay")
+
+
+class FailingSnapshots(ListStateMachine):
+    def snapshot(self) -> bytes:
+        raise OSError("cannot take a snapshot")
+
+
+def test_a_leader_refuses_proposals_at_the_journal_limit(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Snapshots failing, the journal fills up to its limit: proposals then fail JOURNAL_FULL
+    (known not appended) with a line naming the limit; the node keeps serving."""
+    addresses = [f"127.0.0.1:{free_port()}"]
+    machine = FailingSnapshots()
+    quorum = cluster.start(0, addresses, machine, SMALL_JOURNAL)
+    wait_leader([quorum])
+    refused: list[ProposeError] = []
+    for i in range(60):  # 3.6 MB: past the 2 MiB limit
+        try:
+            quorum.propose(b"%04d" % i + bytes(60_000)).result(WAIT_S)
+        except ProposeError as error:
+            refused.append(error)
+    assert refused and all(e.reason == FailReason.JOURNAL_FULL and e.outcome_known
+                           for e in refused)
+    assert quorum.status()["journal_bytes"] < SMALL_JOURNAL.journal_bytes_max
+    assert len(machine.batches) == 60 - len(refused)
+    assert any("refusing proposals" in r.getMessage() and "journal_bytes_max" in r.getMessage()
+               for r in caplog.records)
+    assert quorum.failure is None and quorum.status()["running"]
+
+
+def test_a_restart_between_a_snapshot_and_its_compaction_keeps_the_journal(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot is written one tick before the journal drops what it covers: a node stopped
+    in between restarts on a dump and a journal that starts before it. The patched start keeps
+    the journal's entries after the dump (pysyncobj cleared them: sim bug dump-clears-journal);
+    the durable journal reads the same entries back."""
+    addresses = [f"127.0.0.1:{free_port()}"]
+    monkeypatch.setattr(raft._PatchedSyncObj, "_SyncObj__deleteEntriesTo",
+                        lambda self, to_index: None)  # the compaction never comes
+    quorum = cluster.start(0, addresses, ListStateMachine())
+    wait_leader([quorum])
+    before = [b"before %d" % i for i in range(10)]
+    propose_all(quorum, before)
+    quorum.force_snapshot()
+    wait_for(quorum.snapshot_path.exists, "the snapshot file")
+    after = [b"after %d" % i for i in range(10)]
+    propose_all(quorum, after)
+    quorum.close()
+    monkeypatch.undo()
+
+    again = ListStateMachine()
+    restarted = cluster.start(0, addresses, again)
+    wait_for(lambda: again.batches == before + after, "restore plus the journal after it")
+    assert len(again.restored) == 1
+    assert restarted.patch_counts().get("dump_journal_kept") == 1
