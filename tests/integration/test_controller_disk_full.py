@@ -85,7 +85,7 @@ async def _fill_the_journal(cluster: LocalCluster, victim: subprocess.Popen[byte
     """Registers three brokers (heartbeating them), creates 1,000-partition topics until the
     victim exits, then one more topic: (topics created, whether the last one was)."""
     quorum = Quorum(cluster.controller_addresses, cluster.secret_path.read_text().strip())
-    epochs = await register_brokers(quorum, cluster.cluster_id, 3)
+    epochs, listeners = await register_brokers(quorum, cluster.cluster_id, 3)
     beats = asyncio.ensure_future(heartbeat_forever(quorum, epochs))
     try:
         await asyncio.sleep(1.0)  # the brokers unfence: RF=3 needs all three
@@ -102,6 +102,8 @@ async def _fill_the_journal(cluster: LocalCluster, victim: subprocess.Popen[byte
         return created, response.error_code == 0 and response.topics[0].error_code == 0
     finally:
         beats.cancel()
+        for listener in listeners:
+            listener.close()
 
 
 def test_a_full_disk_stops_the_controller_with_a_clear_line(
