@@ -43,9 +43,25 @@ class ControllerMetrics:
             "LeaderElectionRateAndTimeMs count and UncleanLeaderElectionsPerSec). Counted only "
             "by the active controller that proposed them, so sum() over controllers counts "
             "each once; going offline is not an election", ["kind"], registry=registry)
+        self.raft_pre_vote_rounds = Counter(
+            p + "raft_pre_vote_rounds", "pre-vote rounds this voter asked for after its "
+            "connection to the Raft leader ended (controller/raft/prevote.py)", registry=registry)
+        self.raft_fast_elections = Counter(
+            p + "raft_fast_elections", "elections this voter started on a pre-vote majority, "
+            "before the election timeout (the leader's process had died)", registry=registry)
+        self._raft_counted = {"pre_vote_rounds": 0, "fast_elections": 0}
         # Both children exist from the start, so rate() and alerts see 0 rather than nothing.
         self._clean_elections = self.leader_elections.labels("clean")
         self._unclean_elections = self.leader_elections.labels("unclean")
+
+    def count_raft_patches(self, counts: dict[str, int]) -> None:
+        """The Raft node's running counts (RaftQuorum.patch_counts) into the counters."""
+        for name, counter in (("pre_vote_rounds", self.raft_pre_vote_rounds),
+                              ("fast_elections", self.raft_fast_elections)):
+            now = counts.get(name, 0)
+            if now > self._raft_counted[name]:
+                counter.inc(now - self._raft_counted[name])
+                self._raft_counted[name] = now
 
     def count_elections(self, clean: int, unclean: int) -> None:
         if clean:

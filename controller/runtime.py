@@ -245,6 +245,7 @@ class ControllerRuntime:
                 election_timeout_min_s=c.election_timeout_min_ms / 1000,
                 election_timeout_max_s=c.election_timeout_max_ms / 1000,
                 append_entries_period_s=c.append_entries_period_ms / 1000,
+                fast_election_stagger_s=c.fast_election_stagger_ms / 1000,
                 snapshot_min_entries=c.snapshot_min_entries,
                 snapshot_interval_s=c.snapshot_interval_ms / 1000,
             ),
@@ -675,6 +676,7 @@ class ControllerRuntime:
         m.partitions.set(stats.partitions)
         m.offline_partitions.set(stats.offline_partitions)
         m.pending_batches.set(stats.pending_batches)
+        m.count_raft_patches(self.quorum.patch_counts())
 
     # ----------------------------------------------------------- quorum status
     def describe_quorum(self) -> controller_pb2.DescribeQuorumResponse:

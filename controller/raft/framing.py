@@ -64,6 +64,9 @@ _FRAME_SEQ = struct.Struct(">Q")
 _HANDSHAKE_FRAME_BYTES_MAX = 1024
 #: The keepalive's message type (see _make_transport_class).
 _KEEPALIVE_TYPE = "tidelog_keepalive"
+#: The pre-vote's request and answer (controller/raft/prevote.py).
+PRE_VOTE_TYPE = "tidelog_pre_vote"
+PRE_VOTE_RESPONSE_TYPE = "tidelog_pre_vote_response"
 #: Integer fields each carried message type must have; no other type is carried. pysyncobj's
 #: apply_command(_response) (forwarding, refused by our transport) and its utility messages are
 #: not among them.
@@ -74,6 +77,8 @@ _MESSAGE_INT_FIELDS: dict[str, tuple[str, ...]] = {
     "response_vote": ("term",),
     "timeout_now": ("term",),
     _KEEPALIVE_TYPE: (),
+    PRE_VOTE_TYPE: ("term", "last_log_index", "last_log_term"),
+    PRE_VOTE_RESPONSE_TYPE: ("term",),
 }
 
 
@@ -291,6 +296,8 @@ def _decode_message(payload: bytes) -> dict[str, Any]:
     if kind == "next_node_idx" and not (type(message.get("reset")) is bool
                                         and type(message.get("success")) is bool):
         raise _PeerRefused("next_node_idx without booleans 'reset' and 'success'")
+    if kind == PRE_VOTE_RESPONSE_TYPE and type(message.get("granted")) is not bool:
+        raise _PeerRefused(f"{kind} without a boolean 'granted'")
     if kind == "append_entries":
         _check_append_entries(message)
     return message

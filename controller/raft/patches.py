@@ -34,8 +34,14 @@ import pysyncobj.version as pysyncobj_version
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from controller.raft.framing import _NO_OP_COMMAND, _REGULAR_COMMAND_PREFIX
+from controller.raft.framing import (
+    _NO_OP_COMMAND,
+    _REGULAR_COMMAND_PREFIX,
+    PRE_VOTE_RESPONSE_TYPE,
+    PRE_VOTE_TYPE,
+)
 from controller.raft.journal import fsync_directory
+from controller.raft.prevote import FastElection, PreVote, grants_pre_vote
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 
@@ -52,6 +58,10 @@ _PYSYNCOBJ_SHA256 = {
     "transport.py": "0c9d89f9c4781ec9772df8011d7975a1a4a1a5f541357e12eae85a813e92b50b",
     "tcp_connection.py": "7784ed8da031369fe36f805cb186a2e94a3bd6f10fed2dd59c8cc3713fd6331c",
 }
+#: Seconds between the survivors' pre-vote rounds by rank when the leader's connection ends
+#: (controller/raft/prevote.py): well above one round (pre-vote and vote, a few ms) and well
+#: below the election timeout; RaftSettings.fast_election_stagger_s is what quorums use.
+FAST_ELECTION_STAGGER_S = 0.05
 #: Suffix of the file a snapshot from the leader is received into, next to fullDumpFile.
 _INCOMING_SNAPSHOT_SUFFIX = ".incoming"
 
@@ -151,6 +161,16 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     forced once the applied part of the journal exceeds that many bytes (pysyncobj counts
     entries and time only; one entry can hold a 1 MiB batch).
 
+    Fast elections (controller/raft/prevote.py; not a bug fix but an addition, issue 26): when
+    the connection to the leader ends (its process died: the kernel closed its sockets), a
+    follower asks the others for pre-votes, at its rank among the survivors times
+    ``fast_election_stagger_s``; a voter grants only when it has no live leader itself (its
+    connection to the leader is closed too, or it heard nothing from it within raftMinTimeout)
+    and never while it leads, so a follower that lost only its own connection disrupts nothing.
+    A majority sets the election deadline to now: pysyncobj's own election runs at the next
+    tick. The messages are ours (``tidelog_pre_vote``, ``tidelog_pre_vote_response``; framing.py
+    carries them) and change no term and no vote.
+
     Not patched: the leader's chunking of an entry of appendEntriesBatchSizeBytes or more
     (RaftSettings keeps every entry below it), dynamic membership (refused), a snapshot without
     a fullDumpFile (ignored), the leader's loop of empty snapshot messages while its dump is
@@ -171,13 +191,19 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
     _SyncObj__raftCurrentTerm: int
     _SyncObj__votedForNodeId: Any
     _SyncObj__forceLogCompaction: bool
+    _SyncObj__selfNode: Any
+    _SyncObj__otherNodes: Any
+    _SyncObj__connectedNodes: set[Any]
+    _SyncObj__conf: SyncObjConf
 
     def __init__(self, selfNode: Any, otherNodes: Any, conf: SyncObjConf, *,
                  journal: Any = None, snapshot_journal_bytes: int | None = None,
+                 fast_election_stagger_s: float | None = FAST_ELECTION_STAGGER_S,
                  **kwargs: Any) -> None:
         """``journal``: the journal to run on (conf.journalFile must then be None); without
         it, the one pysyncobj creates (the simulation's). Either way it must have
-        ``needs_sync`` and ``sync()``. ``snapshot_journal_bytes``: see the class doc."""
+        ``needs_sync`` and ``sync()``. ``snapshot_journal_bytes``: see the class doc.
+        ``fast_election_stagger_s``: see "Fast elections" in the class doc (None: off)."""
         if conf.dynamicMembershipChange:
             raise ValueError("the pysyncobj patches do not cover dynamic membership changes")
         if conf.autoTick:
@@ -192,7 +218,14 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         #: How often each patched path ran where pysyncobj would have done otherwise (status(),
         #: and tests/sim checks that its suites reach each of them).
         self.tl_counts: collections.Counter[str] = collections.Counter()
+        self._tl_fast: FastElection | None = None
+        self._tl_leader_heard_at = 0.0
         super().__init__(selfNode, otherNodes, conf, **kwargs)
+        if fast_election_stagger_s is not None and self._SyncObj__selfNode is not None:
+            self._tl_fast = FastElection(
+                self_id=self._SyncObj__selfNode.id,
+                voters=[self._SyncObj__selfNode.id, *(n.id for n in self._SyncObj__otherNodes)],
+                stagger_s=fast_election_stagger_s)
         if journal is not None:
             self._tl_use_journal(journal)
         log = self._SyncObj__raftLog
@@ -224,8 +257,65 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         self._tl_flush()
+        self._tl_maybe_ask_pre_votes()
         SyncObj._onTick(self, timeToWait)
         self._tl_flush()
+
+    # --- fast elections (controller/raft/prevote.py; see the class doc)
+
+    def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
+        SyncObj._SyncObj__onNodeDisconnected(self, node)
+        if (self._tl_fast is not None and node == self._SyncObj__raftLeader
+                and self._SyncObj__raftState == _STATE_FOLLOWER):
+            self._tl_fast.on_leader_disconnected(node.id, syncobj_module.monotonicTime())
+
+    def _tl_maybe_ask_pre_votes(self) -> None:
+        fast = self._tl_fast
+        if fast is None:
+            return
+        if self._SyncObj__raftState != _STATE_FOLLOWER:
+            fast.cancel()
+            return
+        term = fast.due(syncobj_module.monotonicTime(), self._SyncObj__raftCurrentTerm)
+        if term is None:
+            return
+        self.tl_counts["pre_vote_rounds"] += 1
+        log = self._SyncObj__raftLog
+        for node in self._SyncObj__otherNodes:
+            self._SyncObj__transport.send(node, {
+                "type": PRE_VOTE_TYPE, "term": term, "last_log_index": log[-1][1],
+                "last_log_term": log[-1][2]})
+
+    def _tl_has_live_leader(self) -> bool:
+        """Whether this node hears a leader: connected to it and heard from it within the
+        minimum election timeout (Raft thesis §9.6's pre-vote condition, with the closed
+        connection as the evidence that lets a survivor answer at once)."""
+        leader = self._SyncObj__raftLeader
+        if leader is None or leader not in self._SyncObj__connectedNodes:
+            return False
+        silent_s = syncobj_module.monotonicTime() - self._tl_leader_heard_at
+        return bool(silent_s < self._SyncObj__conf.raftMinTimeout)
+
+    def _tl_on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        log = self._SyncObj__raftLog
+        granted = grants_pre_vote(
+            PreVote(message["term"], message["last_log_index"], message["last_log_term"]),
+            current_term=self._SyncObj__raftCurrentTerm, last_log_index=log[-1][1],
+            last_log_term=log[-1][2], is_leader=self._SyncObj__raftState == _STATE_LEADER,
+            has_live_leader=self._tl_has_live_leader())
+        self._SyncObj__transport.send(node, {"type": PRE_VOTE_RESPONSE_TYPE,
+                                             "term": message["term"], "granted": granted})
+
+    def _tl_on_pre_vote_response(self, node: Any, message: dict[str, Any]) -> None:
+        fast = self._tl_fast
+        if fast is None or self._SyncObj__raftState != _STATE_FOLLOWER:
+            return
+        if fast.on_response(node.id, message["term"], message["granted"]) \
+                and message["term"] == self._SyncObj__raftCurrentTerm + 1:
+            # pysyncobj's own election, at the start of the next tick: the same code a
+            # timeout runs (term + 1, its vote for itself made durable before any request).
+            self.tl_counts["fast_elections"] += 1
+            self._SyncObj__raftElectionDeadline = 0.0
 
     def _SyncObj__onBecomeLeader(self) -> None:
         SyncObj._SyncObj__onBecomeLeader(self)
@@ -266,6 +356,10 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         # every other type goes to pysyncobj's handler unchanged.
         if kind == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
             self._tl_on_append_entries(node, message)
+        elif kind == PRE_VOTE_TYPE:
+            self._tl_on_pre_vote(node, message)
+        elif kind == PRE_VOTE_RESPONSE_TYPE:
+            self._tl_on_pre_vote_response(node, message)
         elif kind == "next_node_idx":
             if self._SyncObj__raftState == _STATE_LEADER:
                 self._tl_on_next_node_idx(node, message)
@@ -284,6 +378,9 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if self._SyncObj__raftLeader != node:
             self._SyncObj__onLeaderChanged()
         self._SyncObj__raftLeader = node
+        self._tl_leader_heard_at = syncobj_module.monotonicTime()
+        if self._tl_fast is not None:
+            self._tl_fast.cancel()
         if message["term"] > self._SyncObj__raftCurrentTerm:
             self._SyncObj__setCurrentTerm(message["term"], None)
         self._SyncObj__setState(_STATE_FOLLOWER)

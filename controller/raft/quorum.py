@@ -492,6 +492,7 @@ class RaftQuorum:
                 self.self_address, list(self.peer_addresses), self._build_conf(),
                 consumers=[consumer], journal=self._journal,
                 snapshot_journal_bytes=self._settings.snapshot_journal_bytes,
+                fast_election_stagger_s=self._settings.fast_election_stagger_s or None,
                 transportClass=_make_transport_class(self._settings, self._on_forward_attempt,
                                                      key=key, tls=self._tls),
             )

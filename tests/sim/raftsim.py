@@ -280,6 +280,10 @@ class SimConfig:
     #: commits (check_durable_send, _check_durable_commit). False leaves only the invariants
     #: a client sees, to show what breaking those rules leads to.
     check_durability: bool = True
+    #: Patched runs: _PatchedSyncObj's fast_election_stagger_s (its "Fast elections": a
+    #: pre-vote when the leader's connection ends); None turns them off, as the known bugs'
+    #: pinned runs do, so that they replay the course on which pysyncobj went wrong.
+    fast_election_stagger_s: float | None = 0.05
 
     def raft_conf(self) -> dict[str, Any]:
         return dict(self.raft)
@@ -547,8 +551,11 @@ class Simulation:
         self.env.next_journal = node.journal
         self._enter(node)
         try:
+            extra = ({"fast_election_stagger_s": self.config.fast_election_stagger_s}
+                     if self.config.patched else {})
             node.so = self._syncobj_class(node.obj, others, conf, consumers=[log],
-                                          nodeClass=SimNode, transportClass=transport_class)
+                                          nodeClass=SimNode, transportClass=transport_class,
+                                          **extra)
         finally:
             self._leave()
         transport = node.so._SyncObj__transport

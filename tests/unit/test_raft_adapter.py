@@ -17,7 +17,9 @@ once snapshots fail and the journal reaches its limit; every
 message the quorums send passing the transport's checks, and a node with another cluster secret
 kept out (tests/unit/test_raft_transport.py tests the transport itself); and the
 pysyncobj patches (controller/raft/patches.py's _PatchedSyncObj, proven in tests/sim): used by every
-quorum, refused on any other pysyncobj, the self-test, and the transport's rejection floor.
+quorum, refused on any other pysyncobj, the self-test, and the transport's rejection floor; fast
+elections: a closed leader replaced through a pre-vote before any election timeout, and a follower
+whose own connection to a live leader resets refused its pre-votes (no term changes).
 """
 
 from __future__ import annotations
@@ -736,3 +738,65 @@ def test_a_restart_between_a_snapshot_and_its_compaction_keeps_the_journal(
     wait_for(lambda: again.batches == before + after, "restore plus the journal after it")
     assert len(again.restored) == 1
     assert restarted.patch_counts().get("dump_journal_kept") == 1
+
+
+# --- fast elections (controller/raft/prevote.py) ----------------------------------------------
+#: Election timeouts far longer than anything these tests wait for: a new leader can then only
+#: come from the fast path (a pre-vote when the leader's connection ends), never from a
+#: timeout, whatever the machine's load.
+SLOW_TIMEOUTS = RaftSettings(election_timeout_min_s=3.0, election_timeout_max_s=4.0,
+                             connection_timeout_s=4.0)
+
+
+def test_a_closed_leaders_survivors_elect_through_a_pre_vote(cluster: Cluster) -> None:
+    """A leader whose sockets close (its process died, or here: closed) is replaced without
+    waiting out the election timeout: a survivor's pre-vote gets a majority and it stands."""
+    quorums, machines = cluster.start_all(3, SLOW_TIMEOUTS)
+    leader = wait_leader(quorums)
+    epoch = leader.leader_epoch
+    propose_all(leader, [b"before"])
+    leader.close()
+    survivors = [q for q in quorums if q is not leader]
+    new_leader = wait_leader(survivors)
+    assert new_leader.leader_epoch == epoch + 1
+    assert new_leader.patch_counts().get("fast_elections") == 1
+    assert propose_all(new_leader, [b"after"])
+    kept = [m for q, m in zip(quorums, machines, strict=True) if q is not leader]
+    wait_for(lambda: all(m.batches[-1:] == [b"after"] for m in kept),
+             "the survivors to apply a new write")
+
+
+def test_a_follower_that_loses_only_its_own_connection_disrupts_nothing(
+    cluster: Cluster,
+) -> None:
+    """A follower whose connection to a live leader resets asks for pre-votes, and is refused:
+    the other follower still hears the leader and the leader never grants one. No term
+    changes, no election, and the follower is back on the leader once it reconnects."""
+    quorums, _ = cluster.start_all(3, SLOW_TIMEOUTS)
+    leader = wait_leader(quorums)
+    epoch = leader.leader_epoch
+    # The survivor ranked first asks at once, on the tick after the reset, before any poll
+    # could bring the leader's next append_entries: its round is certain to happen.
+    follower = min((q for q in quorums if q is not leader), key=lambda q: q.self_address)
+    obj = follower._syncobj
+    assert obj is not None
+
+    def rounds() -> int:
+        return int(follower.patch_counts().get("pre_vote_rounds", 0))
+
+    def back_on_the_leader(since: float) -> bool:
+        return bool(obj._SyncObj__raftLeader in obj._SyncObj__connectedNodes
+                    and obj._tl_leader_heard_at > since)
+
+    for i in range(3):
+        before = rounds()
+        connection = obj._SyncObj__transport._connections[obj._SyncObj__raftLeader]
+        reset_at = time.monotonic()
+        connection._socket.shutdown(socket.SHUT_RDWR)  # a reset, seen by both ends
+        wait_for(lambda before=before: rounds() > before, "the follower's pre-vote round")
+        wait_for(lambda since=reset_at: back_on_the_leader(since),
+                 "the follower back on the leader")
+        assert follower.leader_address() == leader.self_address
+        assert propose_all(leader, [b"write %d" % i])
+    assert leader.is_leader() and all(q.leader_epoch == epoch for q in quorums)
+    assert not any(q.patch_counts().get("fast_elections") for q in quorums)
