@@ -11,9 +11,11 @@ from this process so they stay unfenced), then
    new leader's log giving the breakdown (elected, active, write answered), then restart the
    killed one.
 
-Prints readable lines, both medians against their targets, and a final JSON line; exits 1 when
-the median first write after a failover is above FIRST_WRITE_TARGET_S or creation is below its
-target. Bounded: every wait has a deadline.
+``--trace`` prints, after each round, every write attempt (which controller, what it answered)
+and the election lines of the nodes' logs (pre-votes, leadership, activation): where a slow round
+spent its time. Prints readable lines, both medians against their targets, and a final JSON
+line; exits 1 when the median first write after a failover is above FIRST_WRITE_TARGET_S or
+creation is below its target. Bounded: every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -35,14 +37,18 @@ from typing import Any
 
 import grpc
 
-from tidelog import limits
+from broker.controller_client import CHANNEL_OPTIONS
 from tidelog.cluster_secret import CONTROLLERS, broker_credential
 from tidelog.local_cluster import LocalCluster
 from tidelog.peer_auth import peer_metadata
 from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
 
-OPTIONS = [("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX)]
+#: A broker's channel options (its reconnect backoff of 0.1-1 s above all): with gRPC's
+#: default (1 s, growing to 120 s), the channel to a controller killed in one round was still
+#: backing off when that controller became active in a later one, and the first write waited
+#: for the client's redial (0.2-1 s), not for the quorum.
+OPTIONS = list(CHANNEL_OPTIONS)
 CALL_TIMEOUT_S = 5.0
 FAILOVER_DEADLINE_S = 20.0
 #: How often the survivors are asked who leads while a failover is measured.
@@ -61,6 +67,8 @@ class Quorum:
             grpc.aio.insecure_channel(a, options=OPTIONS)) for a in addresses}
         self.active = addresses[0]
         self.secret = secret
+        #: (perf_counter, address, outcome) of every attempt, while a list (--trace).
+        self.trace: list[tuple[float, str, str]] | None = None
 
     async def call(self, method: str, request: Any, *, deadline_s: float = 10.0) -> Any:
         # The controllers answer only brokers of the cluster: the bench plays simulated
@@ -76,13 +84,18 @@ class Quorum:
             try:
                 response = await getattr(self.stubs[self.active], method)(
                     request, timeout=CALL_TIMEOUT_S, metadata=metadata)
+                if self.trace is not None:
+                    self.trace.append((time.perf_counter(), self.active,
+                                       ErrorCode.Name(response.error_code)))
                 if response.error_code != ErrorCode.NOT_CONTROLLER:
                     return response
                 hint = response.controller
                 if hint.controller_id >= 0:
                     self.active = f"{hint.endpoint.host}:{hint.endpoint.port}"
                     continue
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as e:
+                if self.trace is not None:
+                    self.trace.append((time.perf_counter(), self.active, e.code().name))
                 i += 1
                 self.active = addresses[i % len(addresses)]
             if time.monotonic() > deadline:
@@ -178,7 +191,24 @@ def _logged_at(path: Path, text: str, after: float) -> float | None:
     return None
 
 
-async def failover_round(cluster: LocalCluster, q: Quorum, round_no: int) -> dict[str, float]:
+#: What --trace prints of each node's log after a failover round.
+TRACED_LOG_LINES = ("pre-vote", "gained leadership", "is active (leader epoch")
+
+
+def _print_trace(cluster: LocalCluster, q: Quorum, killed_at: float, killed_wall: float) -> None:
+    """--trace: every attempt of the round's writes, then the nodes' election lines."""
+    for at, address, outcome in q.trace or []:
+        print(f"  +{at - killed_at:.3f}s write to {address}: {outcome}")
+    q.trace = None
+    since = datetime.datetime.fromtimestamp(killed_wall).strftime("%Y-%m-%d %H:%M:%S,%f")[:23]
+    for spec in cluster.controllers():
+        for line in cluster.log_path(spec.name).read_text(errors="replace").splitlines():
+            if line[:23] >= since and any(text in line for text in TRACED_LOG_LINES):
+                print(f"  {spec.name}: {line}")
+
+
+async def failover_round(cluster: LocalCluster, q: Quorum, round_no: int,
+                         trace: bool = False) -> dict[str, float]:
     """kill -9 the active controller; the time to a new Raft leader (as the survivors report
     it), to the first committed write (a CreateTopics), and, from the new leader's log, the
     breakdown: kill -> elected, elected -> active, active -> the write's answer."""
@@ -189,6 +219,8 @@ async def failover_round(cluster: LocalCluster, q: Quorum, round_no: int) -> dic
     killed_wall = time.time()
     cluster.kill(victim)
     killed_at = time.perf_counter()
+    if trace:
+        q.trace = []
     elected_task = asyncio.ensure_future(_first_new_leader(q, survivors, leader_id, killed_at))
     written = None
     try:
@@ -206,6 +238,8 @@ async def failover_round(cluster: LocalCluster, q: Quorum, round_no: int) -> dic
     log = cluster.log_path(new_leader)
     gained = _logged_at(log, "gained leadership in epoch", killed_wall)
     active = _logged_at(log, "is active (leader epoch", killed_wall)
+    if trace:
+        _print_trace(cluster, q, killed_at, killed_wall)
     cluster.start(victim)
     cluster.wait_ready([victim])
     result = {"new_leader_s": round(min(elected, written), 3),
@@ -232,7 +266,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"partitions/s ({args.concurrency} requests in flight)")
             rounds = []
             for i in range(args.rounds):
-                r = await failover_round(cluster, q, i)
+                r = await failover_round(cluster, q, i, args.trace)
                 parts = (f" (elected {r['elected_s']}s, active {r['activated_s']}s later, "
                          f"write answered {r['write_after_active_s']}s after)"
                          if "elected_s" in r else "")
@@ -263,6 +297,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--trace", action="store_true",
+                        help="print each failover's write attempts and election log lines")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     print(f"medians: new leader {result['failover_new_leader_median_s']} s, first write "
