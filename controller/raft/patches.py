@@ -280,6 +280,8 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if term is None:
             return
         self.tl_counts["pre_vote_rounds"] += 1
+        logger.info("raft node %s: no connection to the leader; asking for pre-votes at term %d",
+                    self._SyncObj__selfNode.id, term)
         log = self._SyncObj__raftLog
         for node in self._SyncObj__otherNodes:
             self._SyncObj__transport.send(node, {
@@ -310,8 +312,12 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         fast = self._tl_fast
         if fast is None or self._SyncObj__raftState != _STATE_FOLLOWER:
             return
+        logger.debug("raft node %s: pre-vote at term %d %s by %s", self._SyncObj__selfNode.id,
+                     message["term"], "granted" if message["granted"] else "refused", node.id)
         if fast.on_response(node.id, message["term"], message["granted"]) \
                 and message["term"] == self._SyncObj__raftCurrentTerm + 1:
+            logger.info("raft node %s: pre-vote majority at term %d; standing now",
+                        self._SyncObj__selfNode.id, message["term"])
             # pysyncobj's own election, at the start of the next tick: the same code a
             # timeout runs (term + 1, its vote for itself made durable before any request).
             self.tl_counts["fast_elections"] += 1
@@ -343,9 +349,13 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         if self._SyncObj__raftState == _STATE_LEADER:
             self._SyncObj__sendAppendEntries()
         else:
+            now = syncobj_module.monotonicTime()
             self._SyncObj__raftElectionDeadline = max(
-                self._SyncObj__raftElectionDeadline,
-                syncobj_module.monotonicTime() + self._SyncObj__generateRaftTimeout())
+                self._SyncObj__raftElectionDeadline, now + self._SyncObj__generateRaftTimeout())
+            if self._SyncObj__raftLeader in self._SyncObj__connectedNodes:
+                # Nor is it the leader's silence to a pre-vote (_tl_has_live_leader): a voter
+                # busy applying refuses rather than grants while its connection stands.
+                self._tl_leader_heard_at = now
         self.tl_counts["keep_alive"] += 1
 
     # --- dispatch: the transport calls this (bound by SyncObj.__init__ through the name)

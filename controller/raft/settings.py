@@ -27,7 +27,11 @@ class RaftSettings:
     #: A connection with nothing read for this long is dropped and redialled.
     connection_timeout_s: float = 2.0
     #: How often to redial a peer; pysyncobj's 5 s default made restarts take ~4 s (measured).
-    connection_retry_s: float = 0.5
+    #: Only the voter with the higher address dials (transport.py), so a restarted voter with
+    #: the lower one waits for this: at 0.5 s, a leader killed just after a follower's restart
+    #: found the two survivors not yet connected, and the election waited for the redial
+    #: (issue 26). A refused connect to a dead peer costs next to nothing.
+    connection_retry_s: float = 0.1
     #: Peer-to-peer keepalive period, so idle follower-follower links stay readable (see docs).
     peer_keepalive_s: float = 0.5
     #: A leader that heard from no majority for this long steps down (pysyncobj default 30 s).

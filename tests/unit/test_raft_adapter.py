@@ -181,7 +181,7 @@ def test_every_syncobjconf_field_is_set_explicitly(
     assert set(passed) == set(vars(real_conf())), "a SyncObjConf field is left to its default"
     assert passed["appendEntriesUseBatch"] is False and passed["useFork"] is False
     assert passed["commandsWaitLeader"] is False and passed["dynamicMembershipChange"] is False
-    assert passed["connectionRetryTime"] == 0.5
+    assert passed["connectionRetryTime"] == RaftSettings().connection_retry_s == 0.1
     # pysyncobj's FileJournal is never fsynced: the patched SyncObj runs on the DurableJournal.
     assert passed["journalFile"] is None
     assert isinstance(quorum[0]._syncobj._SyncObj__raftLog, raft.journal.DurableJournal)
