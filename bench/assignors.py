@@ -26,8 +26,8 @@ import statistics
 import time
 from collections.abc import Mapping
 
-from broker.group.assignment import Assignment, Assignor, MemberSubscription, TopicMetadata
-from broker.group.assignors import ASSIGNORS
+from tidelog.broker.group.assignment import Assignment, Assignor, MemberSubscription, TopicMetadata
+from tidelog.broker.group.assignors import ASSIGNORS
 
 Members = dict[str, MemberSubscription]
 Topics = dict[bytes, TopicMetadata]

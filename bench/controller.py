@@ -37,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from broker.controller_client import CHANNEL_OPTIONS
+from tidelog.broker.controller_client import CHANNEL_OPTIONS
 from tidelog.cluster_secret import CONTROLLERS, broker_credential
 from tidelog.local_cluster import LocalCluster
 from tidelog.peer_auth import peer_metadata

@@ -47,7 +47,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from broker.storage import Storage, StorageConfig
+from tidelog.broker.storage import Storage, StorageConfig
 from tidelog.data_dir import format_data_dir
 from tidelog.record_batch import NewRecord, build_batch, parse_batch, validate_batch
 

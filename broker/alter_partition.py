@@ -19,10 +19,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from broker.partition import Partition, PartitionKey
-from broker.producer_ids import ControllerChannel
-from broker.replication import ProposeIsr
 from tidelog import limits
+from tidelog.broker.partition import Partition, PartitionKey
+from tidelog.broker.producer_ids import ControllerChannel
+from tidelog.broker.replication import ProposeIsr
 from tidelog.errors import TidelogError
 from tidelog.invariants import check
 from tidelog.v1 import controller_pb2 as cpb

@@ -68,11 +68,15 @@ from typing import Any, Protocol, cast
 
 import grpc
 
-from broker.controller_client import CHANNEL_OPTIONS
-from broker.partition import Partition, PartitionKey
-from broker.replication import FollowerFetch
-from broker.replication.fetch_session import REQUEST_PARTITIONS_MAX, FollowerPlan, FollowerSession
 from tidelog import limits
+from tidelog.broker.controller_client import CHANNEL_OPTIONS
+from tidelog.broker.partition import Partition, PartitionKey
+from tidelog.broker.replication import FollowerFetch
+from tidelog.broker.replication.fetch_session import (
+    REQUEST_PARTITIONS_MAX,
+    FollowerPlan,
+    FollowerSession,
+)
 from tidelog.errors import NetworkError, TidelogError
 from tidelog.invariants import InvariantViolation, check
 from tidelog.tls import PLAINTEXT, ChannelFactory

@@ -24,7 +24,7 @@ import gc
 import logging
 import time
 
-from broker.metadata_listener import MetadataUpdate
+from tidelog.broker.metadata_listener import MetadataUpdate
 from tidelog.metadata.image import MetadataImage
 
 __all__ = ["FREEZE_AFTER_PARTITIONS", "HeapFreezer"]

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.controller_client import BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, ControllerClient
+from tidelog.broker.controller_client import BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, ControllerClient
 from tidelog.errors import (
     InconsistentClusterIdError,
     RequestTimedOutError,

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from broker.controller_client import BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, ControllerClient
+from tidelog.broker.controller_client import BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, ControllerClient
 from tidelog.errors import (
     InconsistentClusterIdError,
     InvalidRecordError,

@@ -42,7 +42,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
+    from tidelog.broker.partition import Partition
 
 __all__ = [
     "APIS",

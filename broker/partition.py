@@ -43,8 +43,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.metrics import TopicMetrics
-from broker.replication import (
+from tidelog import invariants
+from tidelog.broker.metrics import TopicMetrics
+from tidelog.broker.replication import (
     AcksDone,
     AppendFetchedBatches,
     BackoffFetch,
@@ -65,8 +66,7 @@ from broker.replication import (
     TruncateTo,
     UpdateHighWatermark,
 )
-from broker.storage import AppendInfo, FetchDataInfo, LogConfig, PartitionLog
-from tidelog import invariants
+from tidelog.broker.storage import AppendInfo, FetchDataInfo, LogConfig, PartitionLog
 from tidelog.configs import TopicConfig
 from tidelog.errors import (
     InvalidRecordError,

@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from broker.partition import Partition
-from broker.replication import AcksDone
-from broker.storage import FetchDataInfo
+from tidelog.broker.partition import Partition
+from tidelog.broker.replication import AcksDone
+from tidelog.broker.storage import FetchDataInfo
 from tidelog.errors import TidelogError
 
 __all__ = [

@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from broker.partition import Partition
-from broker.partition_writer import AppendOutcome, PendingAppend, TopicIdPartition
 from tidelog import limits
+from tidelog.broker.partition import Partition
+from tidelog.broker.partition_writer import AppendOutcome, PendingAppend, TopicIdPartition
 from tidelog.errors import (
     NotLeaderOrFollowerError,
     RecordListTooLargeError,

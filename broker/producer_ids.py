@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
-from broker.replication.producer_state import PRODUCER_EPOCH_MAX
+from tidelog.broker.replication.producer_state import PRODUCER_EPOCH_MAX
 from tidelog.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,

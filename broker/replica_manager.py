@@ -42,43 +42,43 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from broker.alter_partition import AlterPartitionManager
-from broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
-from broker.fetcher import (
+from tidelog import limits
+from tidelog.broker.alter_partition import AlterPartitionManager
+from tidelog.broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
+from tidelog.broker.fetcher import (
     FETCH_BACKOFF_MS_DEFAULT,
     GrpcReplicaTransport,
     ReplicaFetcherManager,
     ReplicaTransport,
 )
-from broker.metadata_listener import MetadataUpdate
-from broker.metrics import BrokerMetrics, PartitionGauges, TopicMetrics, partition_gauges
-from broker.partition import AppendResult, Partition, PartitionKey, log_config_of
-from broker.partition_writer import (
+from tidelog.broker.metadata_listener import MetadataUpdate
+from tidelog.broker.metrics import BrokerMetrics, PartitionGauges, TopicMetrics, partition_gauges
+from tidelog.broker.partition import AppendResult, Partition, PartitionKey, log_config_of
+from tidelog.broker.partition_writer import (
     AppendOutcome,
     HighWatermarkListener,
     PartitionWriter,
     PendingAppend,
     TopicIdPartition,
 )
-from broker.produce_checks import (
+from tidelog.broker.produce_checks import (
     CheckResult,
     Produced,
     RecordChecker,
     start_checked_appends,
 )
-from broker.producer_ids import ControllerChannel, ProducerIdManager
-from broker.replication import ProposeIsr
-from broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
-from broker.spread_pass import SpreadPass
-from broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
-from broker.storage.cleaner import (
+from tidelog.broker.producer_ids import ControllerChannel, ProducerIdManager
+from tidelog.broker.replication import ProposeIsr
+from tidelog.broker.replication.partition_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
+from tidelog.broker.spread_pass import SpreadPass
+from tidelog.broker.storage import FetchDataInfo, FlushPolicy, Storage, StorageConfig
+from tidelog.broker.storage.cleaner import (
     CleanerConfig,
     CleanerStats,
     choose_partitions_to_clean,
     clean_log,
     cleaning_candidate,
 )
-from tidelog import limits
 from tidelog.config import BrokerConfig
 from tidelog.configs import TopicConfig
 from tidelog.errors import (

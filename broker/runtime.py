@@ -25,18 +25,18 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from broker.authz.authn import Authenticator
-from broker.authz.gate import Gate
-from broker.controller_client import ControllerClient
-from broker.group.coordinator import GroupCoordinatorConfig
-from broker.group.metrics import GroupMetricsCollector
-from broker.group.runtime import GroupCoordinatorRuntime
-from broker.handlers import DataPlaneHandlers, GroupHandlers
-from broker.heap_freezer import HeapFreezer
-from broker.lifecycle import BrokerLifecycleManager
-from broker.metadata_listener import MetadataListener
-from broker.metrics import BrokerMetrics
-from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from tidelog.broker.authz.authn import Authenticator
+from tidelog.broker.authz.gate import Gate
+from tidelog.broker.controller_client import ControllerClient
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig
+from tidelog.broker.group.metrics import GroupMetricsCollector
+from tidelog.broker.group.runtime import GroupCoordinatorRuntime
+from tidelog.broker.handlers import DataPlaneHandlers, GroupHandlers
+from tidelog.broker.heap_freezer import HeapFreezer
+from tidelog.broker.lifecycle import BrokerLifecycleManager
+from tidelog.broker.metadata_listener import MetadataListener
+from tidelog.broker.metrics import BrokerMetrics
+from tidelog.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from tidelog.cluster_secret import BROKERS, CONTROLLERS, BrokerCredential
 from tidelog.config import NodeConfig
 from tidelog.errors import TidelogError

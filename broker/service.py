@@ -19,18 +19,18 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker.authz.authn import Failure
-from broker.authz.groups import GroupChecks
-from broker.authz.principal import ANONYMOUS, Who
-from broker.authz.rpcs import Checks, refused_admin_response
-from broker.handlers import DataPlaneHandlers
-from broker.handlers.consumer_session import ConsumerFetchSession
-from broker.handlers.groups import client_identity
-from broker.handlers.metadata import TopicMetadataCache, metadata_response
-from broker.runtime import BrokerRuntime
-from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits, scram
 from tidelog.acl import binding_to_proto, filter_from_proto
+from tidelog.broker.authz.authn import Failure
+from tidelog.broker.authz.groups import GroupChecks
+from tidelog.broker.authz.principal import ANONYMOUS, Who
+from tidelog.broker.authz.rpcs import Checks, refused_admin_response
+from tidelog.broker.handlers import DataPlaneHandlers
+from tidelog.broker.handlers.consumer_session import ConsumerFetchSession
+from tidelog.broker.handlers.groups import client_identity
+from tidelog.broker.handlers.metadata import TopicMetadataCache, metadata_response
+from tidelog.broker.runtime import BrokerRuntime
+from tidelog.broker.stream_limits import StreamLimits, serve_bounded
 from tidelog.metadata.image import MetadataImage
 from tidelog.peer_auth import authenticated_broker_id
 from tidelog.v1 import broker_pb2 as pb

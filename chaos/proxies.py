@@ -1,7 +1,7 @@
 """Network faults for chaos tests: a Toxiproxy server, one proxy per link, and helpers that set
 toxics through toxiproxy-python (DESIGN.md section 10).
 
-    from chaos import proxies
+    from tidelog.chaos import proxies
 
     with proxies.toxiproxy() as server:                      # a real toxiproxy-server if on PATH
         link = proxies.create_link("client-b1", upstream=("127.0.0.1", 9092))
@@ -39,7 +39,7 @@ from toxiproxy import Proxy, Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import NotFound, ProxyExists
 
-from chaos.toxiproxy import ToxiproxyServer
+from tidelog.chaos.toxiproxy import ToxiproxyServer
 
 __all__ = [
     "Stream",
@@ -151,7 +151,7 @@ def _start_real(binary: str, host: str, port: int) -> ToxiproxyHandle:
 
 
 def _start_child(host: str, port: int, seed: int | None) -> ToxiproxyHandle:
-    command = [sys.executable, "-m", "chaos.toxiproxy", "--host", host, "--port", str(port)]
+    command = [sys.executable, "-m", "tidelog.chaos.toxiproxy", "--host", host, "--port", str(port)]
     if seed is not None:
         command += ["--seed", str(seed)]
     process = subprocess.Popen(command, cwd=_REPO_ROOT, text=True, stdout=subprocess.PIPE)

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from chaos.checkers import HistoryCheck
-from chaos.history import Fault, History, Send
+from tidelog.chaos.checkers import HistoryCheck
+from tidelog.chaos.history import Fault, History, Send
 
 __all__ = ["BUCKET_S", "FaultWindow", "Recovery", "SendPoint", "Timeline", "fault_windows",
            "recovery", "summary_lines", "timeline"]

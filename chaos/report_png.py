@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos.report import BUCKET_S, FaultWindow, Timeline
+from tidelog.chaos.report import BUCKET_S, FaultWindow, Timeline
 
 __all__ = ["draw_timeline"]
 

@@ -46,18 +46,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from chaos import proxies
-from chaos.checkers import HistoryCheck, Promise, check_history
-from chaos.history import Acks, Fault, HistoryWriter, Op, read_history
-from chaos.nemesis import Fault as NemesisFault
-from chaos.nemesis import ProxiedNetwork, routed_overrides
-from chaos.netns import NetnsNetwork, NetnsPlan
-from chaos.netns.shell import inside
-from chaos.report import fault_windows, recovery, summary_lines, timeline
-from chaos.runner_faults import Targets, build_fault
-from chaos.runner_member import MemberProcess
-from chaos.scenarios import DURATION_S_DEFAULT, FaultSpec, Scenario, Schedule, plan
-from chaos.workload import (
+from tidelog.chaos import proxies
+from tidelog.chaos.checkers import HistoryCheck, Promise, check_history
+from tidelog.chaos.history import Acks, Fault, HistoryWriter, Op, read_history
+from tidelog.chaos.nemesis import Fault as NemesisFault
+from tidelog.chaos.nemesis import ProxiedNetwork, routed_overrides
+from tidelog.chaos.netns import NetnsNetwork, NetnsPlan
+from tidelog.chaos.netns.shell import inside
+from tidelog.chaos.report import fault_windows, recovery, summary_lines, timeline
+from tidelog.chaos.runner_faults import Targets, build_fault
+from tidelog.chaos.runner_member import MemberProcess
+from tidelog.chaos.scenarios import DURATION_S_DEFAULT, FaultSpec, Scenario, Schedule, plan
+from tidelog.chaos.workload import (
     ClientSettings,
     ProducerSpec,
     QueueWorkload,
@@ -500,7 +500,7 @@ def _dump(env: _Env) -> tuple[Any, Any]:
 
 def _draw(line: Any, windows: Any, run_dir: Path, scenario: Scenario, schedule: Schedule,
           env: _Env) -> None:
-    from chaos.report_png import draw_timeline
+    from tidelog.chaos.report_png import draw_timeline
 
     try:
         draw_timeline(line, windows, run_dir / "timeline.png",

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from toxiproxy import Proxy
 
-from chaos import proxies
-from chaos.nemesis import (
+from tidelog.chaos import proxies
+from tidelog.chaos.nemesis import (
     Bridge,
     BrokerFromControllers,
     Fault,
@@ -34,11 +34,11 @@ from chaos.nemesis import (
     bridge,
     majority_minority,
 )
-from chaos.nemesis.process import GracefulRestart
-from chaos.nemesis.topology import active_controller, nodes_of
-from chaos.netns import NetnsNetem, NetnsNetwork, NetnsPartition
-from chaos.runner_member import KillMember, MemberProcess
-from chaos.scenarios import FaultSpec
+from tidelog.chaos.nemesis.process import GracefulRestart
+from tidelog.chaos.nemesis.topology import active_controller, nodes_of
+from tidelog.chaos.netns import NetnsNetem, NetnsNetwork, NetnsPartition
+from tidelog.chaos.runner_member import KillMember, MemberProcess
+from tidelog.chaos.scenarios import FaultSpec
 from tidelog.client import Admin
 from tidelog.local_cluster import LocalCluster
 

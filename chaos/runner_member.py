@@ -1,7 +1,7 @@
 """The consumer-group member a chaos run crashes: its own OS process, so kill -9 is real.
 
 The workload's consumers are threads of the runner, which a kill -9 cannot take alone. So the
-``kill-member`` fault uses an extra member: ``python -m chaos.runner_member BOOTSTRAP GROUP
+``kill-member`` fault uses an extra member: ``python -m tidelog.chaos.runner_member BOOTSTRAP GROUP
 TOPIC`` subscribes to TOPIC in the workload's GROUP, takes its share of the partitions (a
 rebalance the workload's recorded group consumers follow), polls, and commits after every
 poll that returned records (commit-after-process). Its reads are not recorded: what the
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from chaos.nemesis.fault import FaultBase
+from tidelog.chaos.nemesis.fault import FaultBase
 
 __all__ = ["KillMember", "MemberProcess", "main"]
 
@@ -51,7 +51,7 @@ class MemberProcess:
             return self.proc.pid
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chaos.runner_member", *self.args], stdout=log,
+                [sys.executable, "-m", "tidelog.chaos.runner_member", *self.args], stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         self.started += 1
         return self.proc.pid

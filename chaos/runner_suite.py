@@ -1,6 +1,6 @@
 """``make chaos``: every named scenario once, one after another, and a table of their figures.
 
-    python -m chaos.runner_suite [--duration S] [--seed N] [--dir D] [SCENARIO ...]
+    python -m tidelog.chaos.runner_suite [--duration S] [--seed N] [--dir D] [SCENARIO ...]
 
 Each scenario runs as ``tidelog chaos run`` would (chaos/runner.py: its own cluster, started
 and stopped by the run) in ``D/<scenario>`` (default ``chaos-runs/suite-<time>/``). At the end
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.runner import RUNS_DIR, RunOptions, run_scenario
-from chaos.scenarios import DURATION_S_DEFAULT, SCENARIOS
+from tidelog.chaos.runner import RUNS_DIR, RunOptions, run_scenario
+from tidelog.chaos.scenarios import DURATION_S_DEFAULT, SCENARIOS
 
 __all__ = ["figures", "main"]
 
@@ -50,7 +50,7 @@ def _worst(values: Any) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.runner_suite")
+    parser = argparse.ArgumentParser(prog="python -m tidelog.chaos.runner_suite")
     parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS))
     parser.add_argument("--duration", type=float, default=DURATION_S_DEFAULT)
     parser.add_argument("--seed", type=int, default=1)

@@ -38,8 +38,8 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal, TypeAlias
 
-from chaos.checkers import Promise
-from chaos.history import Acks
+from tidelog.chaos.checkers import Promise
+from tidelog.chaos.history import Acks
 
 __all__ = [
     "DURATION_S_DEFAULT",

@@ -45,22 +45,22 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from controller.managers.acl_control import AclControlManager
-from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
-from controller.managers.cluster_control import ClusterControlManager, ProbeTarget
-from controller.managers.common import (
+from tidelog import limits
+from tidelog.controller.managers.acl_control import AclControlManager
+from tidelog.controller.managers.broker_heartbeats import BrokerHeartbeatTracker
+from tidelog.controller.managers.cluster_control import ClusterControlManager, ProbeTarget
+from tidelog.controller.managers.common import (
     FENCE_CHANGES_PER_BATCH_MAX,
     ControllerConfig,
     ErrorFields,
     error_response,
     set_error,
 )
-from controller.managers.config_control import ConfigControlManager
-from controller.managers.partition_change import LeaderElections
-from controller.managers.producer_id_control import ProducerIdControlManager
-from controller.managers.replication_control import ReplicationControlManager
-from controller.managers.scram_control import ScramControlManager
-from tidelog import limits
+from tidelog.controller.managers.config_control import ConfigControlManager
+from tidelog.controller.managers.partition_change import LeaderElections
+from tidelog.controller.managers.producer_id_control import ProducerIdControlManager
+from tidelog.controller.managers.replication_control import ReplicationControlManager
+from tidelog.controller.managers.scram_control import ScramControlManager
 from tidelog.errors import NotControllerError, PolicyViolationError
 from tidelog.invariants import InvariantViolation, check
 from tidelog.metadata.bootstrap import is_blank

@@ -41,18 +41,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
-from controller.control import ControllerLogic, ControllerResult
-from controller.managers.cluster_control import ProbeTarget
-from controller.managers.common import ControllerConfig as LogicConfig
-from controller.managers.common import (
+from tidelog.cluster_secret import broker_credential
+from tidelog.config import NodeConfig, VoterConfig
+from tidelog.controller.control import ControllerLogic, ControllerResult
+from tidelog.controller.managers.cluster_control import ProbeTarget
+from tidelog.controller.managers.common import ControllerConfig as LogicConfig
+from tidelog.controller.managers.common import (
     error_response,
     response_error_code,
     set_controller_hint,
 )
-from controller.metrics import ControllerMetrics
-from controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
-from tidelog.cluster_secret import broker_credential
-from tidelog.config import NodeConfig, VoterConfig
+from tidelog.controller.metrics import ControllerMetrics
+from tidelog.controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
 from tidelog.errors import error_for_code
 from tidelog.invariants import check
 from tidelog.metadata import records as metadata_records

@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
-from controller.managers.common import error_response
-from controller.runtime import ControllerRuntime
 from tidelog.cluster_secret import CONTROLLERS
+from tidelog.controller.managers.common import error_response
+from tidelog.controller.runtime import ControllerRuntime
 from tidelog.errors import TidelogError, UnknownServerError
 from tidelog.peer_auth import PeerAuthInterceptor, RootVerifier, authenticated_broker_id
 from tidelog.v1 import controller_pb2 as pb

@@ -113,9 +113,9 @@ async def _serve(config: NodeConfig, cluster_id: str) -> str | None:
 
 async def _start_controller(config: NodeConfig, cluster_id: str, registry: CollectorRegistry,
                             stack: list[tuple[str, Any]]) -> Any:
-    from controller.metrics import ControllerMetrics
-    from controller.runtime import ControllerRuntime
-    from controller.service import add_to_server, peer_auth_interceptor
+    from tidelog.controller.metrics import ControllerMetrics
+    from tidelog.controller.runtime import ControllerRuntime
+    from tidelog.controller.service import add_to_server, peer_auth_interceptor
 
     runtime = ControllerRuntime(config, cluster_id=cluster_id,
                                 metrics=ControllerMetrics(registry))
@@ -142,9 +142,9 @@ async def _start_broker(config: NodeConfig, cluster_id: str, registry: Collector
     """The broker's two listeners: clients (BrokerService) on ``listen_host:port``, follower
     fetches (ReplicaService, brokers with a credential only) on
     ``inter_broker_listen_host:inter_broker_port``."""
-    from broker.authz.authn import AuthenticationInterceptor
-    from broker.runtime import BrokerRuntime
-    from broker.service import add_replica_service, add_to_server
+    from tidelog.broker.authz.authn import AuthenticationInterceptor
+    from tidelog.broker.runtime import BrokerRuntime
+    from tidelog.broker.service import add_replica_service, add_to_server
     from tidelog.peer_auth import PeerAuthInterceptor
 
     b = config.broker

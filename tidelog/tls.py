@@ -16,7 +16,7 @@ Nodes (tidelog/config.py's ``[tls]`` table) and clients (``security_protocol="SS
 * :class:`ChannelFactory`: opens an aio channel to an address, secure when credentials are set,
   plaintext otherwise, so code that dials peers does not care which. A SASL_SSL client's factory
   also carries call credentials (:class:`CallAuth`, the SCRAM plugin of
-  ``tidelog/client/_scram_auth.py``): they ride on every call of its TLS channels, and survive a
+  ``tidelog/scram_auth.py``): they ride on every call of its TLS channels, and survive a
   renewal of the TLS files.
 
 Peer listeners (controller, inter-broker) require a client certificate signed by the CA (mutual
@@ -40,6 +40,7 @@ import grpc
 
 from tidelog import scram
 from tidelog.errors import InvalidConfigError
+from tidelog.scram_auth import ScramAuth
 
 __all__ = [
     "CLIENT_AUTH",
@@ -253,9 +254,6 @@ class ClientSecurity:
         factory = ChannelFactory.for_files(
             TlsFiles(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile), "ssl")
         if self.sasl:
-            # Imported here: the plugin lives with the client, which imports this module.
-            from tidelog.client._scram_auth import ScramAuth
-
             mechanism = scram.mechanism_named(self.sasl_mechanism)
             assert mechanism is not None  # checked in __post_init__
             factory.set_call_auth(ScramAuth(mechanism, self.sasl_username, self.sasl_password,

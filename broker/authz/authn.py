@@ -21,9 +21,9 @@ from typing import Any
 
 import grpc
 
-from broker.authz.audit import AuditLog, shown
-from broker.authz.principal import Who, peer_host, who_is
 from tidelog import scram
+from tidelog.broker.authz.audit import AuditLog, shown
+from tidelog.broker.authz.principal import Who, peer_host, who_is
 from tidelog.config import SaslConfig
 from tidelog.metadata.image import MetadataImage, ScramImage
 from tidelog.rpc_guard import checked_before_read

@@ -6,9 +6,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from broker.authz.audit import AuditLog, shown
-from broker.authz.principal import ANONYMOUS, Who
 from tidelog.acl import AclBinding, Authorizer
+from tidelog.broker.authz.audit import AuditLog, shown
+from tidelog.broker.authz.principal import ANONYMOUS, Who
 from tidelog.config import AuthorizationConfig
 from tidelog.metadata.image import MetadataImage
 

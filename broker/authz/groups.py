@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.authz.principal import Who
-from broker.authz.rpcs import (
+from tidelog.broker.authz.principal import Who
+from tidelog.broker.authz.rpcs import (
     GROUP_DENIED,
     TOPIC_DENIED,
     Checks,

@@ -39,9 +39,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker.authz.gate import Gate
-from broker.authz.principal import Who
 from tidelog.acl import CLUSTER_NAME
+from tidelog.broker.authz.gate import Gate
+from tidelog.broker.authz.principal import Who
 from tidelog.metadata.image import TopicMismatch
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2 as cpb

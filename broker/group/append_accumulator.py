@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker.group.records import GroupRecord
+from tidelog.broker.group.records import GroupRecord
 from tidelog.invariants import InvariantViolation, check
 from tidelog.record_batch import NewRecord
 

@@ -26,25 +26,26 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from broker.group.assignment import Assignor, TopicMetadata
-from broker.group.deadlines import MemberDeadlines
-from broker.group.group import ConsumerGroup, ConsumerGroupMember, GroupState
-from broker.group.heartbeat_checks import (
+from tidelog import limits
+from tidelog.broker.group.assignment import Assignor, TopicMetadata
+from tidelog.broker.group.deadlines import MemberDeadlines
+from tidelog.broker.group.group import ConsumerGroup, ConsumerGroupMember, GroupState
+from tidelog.broker.group.heartbeat_checks import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ClientIdentity,
     check_member_epoch,
     validate_heartbeat,
 )
-from broker.group.offsets import (
+from tidelog.broker.group.offsets import (
     delete_offset_records,
     expire_offsets,
     fetch_offsets,
     partition_commit_records,
     validate_offset_commit,
 )
-from broker.group.reconcile import reconcile
-from broker.group.records import (
+from tidelog.broker.group.reconcile import reconcile
+from tidelog.broker.group.records import (
     GroupRecord,
     Partitions,
     current_assignment_record,
@@ -58,13 +59,12 @@ from broker.group.records import (
     target_assignment_member_tombstone,
     target_assignment_metadata_tombstone,
 )
-from broker.group.responses import error_code, set_error
-from broker.group.target_assignment import (
+from tidelog.broker.group.responses import error_code, set_error
+from tidelog.broker.group.target_assignment import (
     compute_target_assignment,
     metadata_hash,
     preferred_assignor,
 )
-from tidelog import limits
 from tidelog.errors import (
     FencedInstanceIdError,
     GroupIdNotFoundError,
@@ -114,7 +114,9 @@ class GroupCoordinatorConfig:
 
 
 def _default_assignors() -> Mapping[str, Assignor]:
-    from broker.group.assignors import ASSIGNORS  # written alongside; imported when first used
+    from tidelog.broker.group.assignors import (
+        ASSIGNORS,  # written alongside; imported when first used
+    )
 
     return ASSIGNORS
 

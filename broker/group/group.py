@@ -18,9 +18,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from broker.group.assignment import TopicMetadata
-from broker.group.records import GroupRecord, Partitions, from_topic_partitions
-from broker.group.topic_regex import RegexTopics, matching_topics
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.records import GroupRecord, Partitions, from_topic_partitions
+from tidelog.broker.group.topic_regex import RegexTopics, matching_topics
 from tidelog.errors import InvalidRegularExpressionError
 from tidelog.invariants import InvariantViolation
 from tidelog.v1 import groups_pb2 as gpb

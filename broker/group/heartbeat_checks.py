@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.group.group import ConsumerGroupMember
-from broker.group.records import Partitions
-from broker.group.topic_regex import compile_regex
 from tidelog import limits
+from tidelog.broker.group.group import ConsumerGroupMember
+from tidelog.broker.group.records import Partitions
+from tidelog.broker.group.topic_regex import compile_regex
 from tidelog.errors import FencedMemberEpochError, InvalidGroupIdError, InvalidRequestError
 from tidelog.v1 import broker_pb2 as pb
 

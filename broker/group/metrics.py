@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.group.coordinator import GroupCounters
-from broker.group.group import ConsumerGroup, OffsetAndMetadata
+from tidelog.broker.group.coordinator import GroupCounters
+from tidelog.broker.group.group import ConsumerGroup, OffsetAndMetadata
 
 if TYPE_CHECKING:
-    from broker.group.runtime import GroupCoordinatorRuntime
+    from tidelog.broker.group.runtime import GroupCoordinatorRuntime
 
 __all__ = [
     "GROUPS_MAX",

@@ -12,10 +12,10 @@ topics the group's members subscribe to.
 
 from __future__ import annotations
 
-from broker.group.group import GroupState
-from broker.group.records import GroupRecord, offset_commit_record, offset_commit_tombstone
-from broker.group.responses import set_error
 from tidelog import limits
+from tidelog.broker.group.group import GroupState
+from tidelog.broker.group.records import GroupRecord, offset_commit_record, offset_commit_tombstone
+from tidelog.broker.group.responses import set_error
 from tidelog.errors import (
     GroupSubscribedToTopicError,
     OffsetMetadataTooLargeError,

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from broker.group.group import ConsumerGroupMember
-from broker.group.records import Partitions
+from tidelog.broker.group.group import ConsumerGroupMember
+from tidelog.broker.group.records import Partitions
 from tidelog.v1 import groups_pb2 as gpb
 
 __all__ = ["OwnedByOther", "reconcile"]

@@ -53,20 +53,20 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from broker.group.append_accumulator import AppendAccumulator, PendingBatch, sized
-from broker.group.assignment import TopicMetadata
-from broker.group.coordinator import (
+from tidelog import limits
+from tidelog.broker.group.append_accumulator import AppendAccumulator, PendingBatch, sized
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.coordinator import (
     TIMER_RECORDS_SOFT_MAX,
     GroupCoordinatorConfig,
     GroupCoordinatorShard,
 )
-from broker.group.offsets import expire_offsets
-from broker.group.partitioner import partition_for
-from broker.group.records import GroupRecord, decode
-from broker.group.topic_regex import RegexTopics
-from broker.metadata_listener import MetadataUpdate
-from broker.partition_writer import PartitionWriter, PendingAppend, TopicIdPartition
-from tidelog import limits
+from tidelog.broker.group.offsets import expire_offsets
+from tidelog.broker.group.partitioner import partition_for
+from tidelog.broker.group.records import GroupRecord, decode
+from tidelog.broker.group.topic_regex import RegexTopics
+from tidelog.broker.metadata_listener import MetadataUpdate
+from tidelog.broker.partition_writer import PartitionWriter, PendingAppend, TopicIdPartition
 from tidelog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -82,7 +82,7 @@ from tidelog.record_batch import build_batch, decode_records, parse_batch
 from tidelog.v1.common_pb2 import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
+    from tidelog.broker.partition import Partition
 
 log = logging.getLogger("tidelog.broker.group")
 

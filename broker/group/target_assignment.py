@@ -18,9 +18,9 @@ import hashlib
 from collections import Counter
 from collections.abc import Mapping
 
-from broker.group.assignment import Assignment, Assignor, MemberSubscription, TopicMetadata
-from broker.group.group import ConsumerGroup
-from broker.group.records import (
+from tidelog.broker.group.assignment import Assignment, Assignor, MemberSubscription, TopicMetadata
+from tidelog.broker.group.group import ConsumerGroup
+from tidelog.broker.group.records import (
     GroupRecord,
     target_assignment_member_record,
     target_assignment_metadata_record,

@@ -27,7 +27,7 @@ from typing import Any
 
 import re2
 
-from broker.group.assignment import TopicMetadata
+from tidelog.broker.group.assignment import TopicMetadata
 from tidelog.errors import InvalidRegularExpressionError
 from tidelog.metadata.topic_names import INTERNAL_TOPICS
 

@@ -21,19 +21,19 @@ holds and broker/service.py's servicers call.
 
 from __future__ import annotations
 
-from broker.handlers.common import HandlerRegistry
-from broker.handlers.consumer_session import ConsumerFetchSession
-from broker.handlers.fetch import (
+from tidelog.broker.handlers.common import HandlerRegistry
+from tidelog.broker.handlers.consumer_session import ConsumerFetchSession
+from tidelog.broker.handlers.fetch import (
     ReplicaFetchSession,
     handle_fetch,
     handle_replica_fetch,
     handle_session_fetch,
 )
-from broker.handlers.groups import GroupHandlers
-from broker.handlers.logs import handle_describe_logs
-from broker.handlers.offsets import handle_list_offsets
-from broker.handlers.produce import handle_produce
-from broker.handlers.producer_ids import handle_init_producer_id
+from tidelog.broker.handlers.groups import GroupHandlers
+from tidelog.broker.handlers.logs import handle_describe_logs
+from tidelog.broker.handlers.offsets import handle_list_offsets
+from tidelog.broker.handlers.produce import handle_produce
+from tidelog.broker.handlers.producer_ids import handle_init_producer_id
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = [

@@ -9,11 +9,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
-from broker.metrics import BrokerMetrics
-from broker.partition import Partition
-from broker.partition_writer import AppendOutcome, PendingAppend, TopicIdPartition
-from broker.producer_ids import ProducerIdManager
+from tidelog.broker.delayed import ConsumerFetchWaiters, FollowerFetchWaiters
+from tidelog.broker.metrics import BrokerMetrics
+from tidelog.broker.partition import Partition
+from tidelog.broker.partition_writer import AppendOutcome, PendingAppend, TopicIdPartition
+from tidelog.broker.producer_ids import ProducerIdManager
 from tidelog.errors import TidelogError
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import broker_pb2 as pb

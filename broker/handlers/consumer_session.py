@@ -38,16 +38,16 @@ import time
 from collections.abc import Hashable, Iterable
 from typing import NamedTuple, cast
 
-from broker.handlers.common import HandlerRegistry, error_code, set_error
-from broker.handlers.fetch import (
+from tidelog import limits
+from tidelog.broker.handlers.common import HandlerRegistry, error_code, set_error
+from tidelog.broker.handlers.fetch import (
     FetchSessionStats,
     ParkedRounds,
     count_consumer_out,
     partition_limit,
 )
-from broker.partition import Partition, PartitionKey
-from broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
-from tidelog import limits
+from tidelog.broker.partition import Partition, PartitionKey
+from tidelog.broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
 from tidelog.errors import (
     InvalidFetchSessionEpochError,
     InvalidFetchSizeError,

@@ -31,11 +31,11 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from broker.handlers.common import HandlerRegistry, error_code, set_error
-from broker.metrics import outcome_of
-from broker.partition import Partition, PartitionKey
-from broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
 from tidelog import limits
+from tidelog.broker.handlers.common import HandlerRegistry, error_code, set_error
+from tidelog.broker.metrics import outcome_of
+from tidelog.broker.partition import Partition, PartitionKey
+from tidelog.broker.replication.fetch_session import FULL_SESSION_EPOCH, LeaderSession, Refusal
 from tidelog.errors import (
     InvalidFetchSessionEpochError,
     InvalidFetchSizeError,
@@ -49,7 +49,7 @@ from tidelog.record_batch import parse_batch
 from tidelog.v1 import broker_pb2 as pb
 
 if TYPE_CHECKING:
-    from broker.handlers.consumer_session import ConsumerFetchSession
+    from tidelog.broker.handlers.consumer_session import ConsumerFetchSession
 
 __all__ = [
     "FETCH_PASSES_MAX",

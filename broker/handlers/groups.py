@@ -19,14 +19,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from broker.authz.principal import peer_host
-from broker.group.assignment import TopicMetadata
-from broker.group.coordinator import GroupCoordinatorShard
-from broker.group.heartbeat_checks import ClientIdentity
-from broker.group.records import GroupRecord
-from broker.group.responses import error_code, set_error
-from broker.group.runtime import GroupCoordinatorRuntime
 from tidelog import limits
+from tidelog.broker.authz.principal import peer_host
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.coordinator import GroupCoordinatorShard
+from tidelog.broker.group.heartbeat_checks import ClientIdentity
+from tidelog.broker.group.records import GroupRecord
+from tidelog.broker.group.responses import error_code, set_error
+from tidelog.broker.group.runtime import GroupCoordinatorRuntime
 from tidelog.errors import (
     CoordinatorNotAvailableError,
     InvalidGroupIdError,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
-from broker.handlers.common import HandlerRegistry, set_error
-from broker.metrics import outcome_of
-from broker.partition import Partition
+from tidelog.broker.handlers.common import HandlerRegistry, set_error
+from tidelog.broker.metrics import outcome_of
+from tidelog.broker.partition import Partition
 from tidelog.errors import InvalidRequestError, TidelogError
 from tidelog.v1 import broker_pb2 as pb
 

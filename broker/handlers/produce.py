@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.handlers.common import HandlerRegistry, set_error
-from broker.metrics import outcome_of
-from broker.partition_writer import PendingAppend, TopicIdPartition
-from broker.replica_manager import acks_error
+from tidelog.broker.handlers.common import HandlerRegistry, set_error
+from tidelog.broker.metrics import outcome_of
+from tidelog.broker.partition_writer import PendingAppend, TopicIdPartition
+from tidelog.broker.replica_manager import acks_error
 from tidelog.errors import InvalidTopicError, RecordListTooLargeError, TidelogError
 from tidelog.metadata.topic_names import is_internal
 from tidelog.v1 import broker_pb2 as pb

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from broker.handlers.common import HandlerRegistry
-from broker.metrics import outcome_of
+from tidelog.broker.handlers.common import HandlerRegistry
+from tidelog.broker.metrics import outcome_of
 from tidelog.v1 import broker_pb2 as pb
 
 __all__ = ["handle_init_producer_id"]

@@ -5,7 +5,7 @@ in order -- persist, then send, then acknowledge. See ``partition_state`` for th
 and ``producer_state`` for producer-state durability.
 """
 
-from broker.replication.effects import (
+from tidelog.broker.replication.effects import (
     AppendFetchedBatches,
     BackoffFetch,
     CheckProduceWaiters,
@@ -16,21 +16,21 @@ from broker.replication.effects import (
     TruncateTo,
     UpdateHighWatermark,
 )
-from broker.replication.fetch import (
+from tidelog.broker.replication.fetch import (
     DivergingEpoch,
     FollowerFetch,
     FollowerFetchDecision,
     LeaderFetchResponse,
     LogView,
 )
-from broker.replication.partition_state import (
+from tidelog.broker.replication.partition_state import (
     NO_LEADER,
     REPLICA_LAG_TIME_MAX_MS_DEFAULT,
     AcksDone,
     PartitionState,
     Role,
 )
-from broker.replication.producer_state import (
+from tidelog.broker.replication.producer_state import (
     NO_PRODUCER_ID,
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     Accept,
@@ -40,7 +40,7 @@ from broker.replication.producer_state import (
     ProducerStateTable,
     Reject,
 )
-from broker.replication.replica_state import ReplicaState
+from tidelog.broker.replication.replica_state import ReplicaState
 
 __all__ = [
     "NO_LEADER",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from broker.replication.effects import Effect
+from tidelog.broker.replication.effects import Effect
 from tidelog.errors import TidelogError
 
 __all__ = [

@@ -7,7 +7,7 @@ They return effects in the order the shell must apply them.
 
 from __future__ import annotations
 
-from broker.replication.effects import (
+from tidelog.broker.replication.effects import (
     AppendFetchedBatches,
     BackoffFetch,
     Effect,
@@ -16,7 +16,7 @@ from broker.replication.effects import (
     TruncateTo,
     UpdateHighWatermark,
 )
-from broker.replication.fetch import (
+from tidelog.broker.replication.fetch import (
     UNDEFINED_EPOCH,
     DivergingEpoch,
     FollowerFetch,

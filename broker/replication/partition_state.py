@@ -68,15 +68,16 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker.replication import follower
-from broker.replication.effects import (
+from tidelog import limits
+from tidelog.broker.replication import follower
+from tidelog.broker.replication.effects import (
     BackoffFetch,
     CheckProduceWaiters,
     Effect,
     ProposeIsr,
     UpdateHighWatermark,
 )
-from broker.replication.fetch import (
+from tidelog.broker.replication.fetch import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     DivergingEpoch,
@@ -85,8 +86,7 @@ from broker.replication.fetch import (
     LeaderFetchResponse,
     LogView,
 )
-from broker.replication.replica_state import UNKNOWN_OFFSET, ReplicaState
-from tidelog import limits
+from tidelog.broker.replication.replica_state import UNKNOWN_OFFSET, ReplicaState
 from tidelog.errors import (
     FencedLeaderEpochError,
     InvalidRequiredAcksError,

@@ -5,18 +5,22 @@ Public API (guarded by a test): open a :class:`Storage` on a formatted data dir,
 imported by ``broker.storage.rocks`` only; the other modules are logic over it.
 """
 
-from broker.storage.config import FlushPolicy, LogConfig, StorageConfig
-from broker.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
-from broker.storage.keys import TopicPartition
-from broker.storage.partition_log import (
+from tidelog.broker.storage.config import FlushPolicy, LogConfig, StorageConfig
+from tidelog.broker.storage.epoch_cache import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    LeaderEpochCache,
+)
+from tidelog.broker.storage.keys import TopicPartition
+from tidelog.broker.storage.partition_log import (
     AppendInfo,
     EpochEndOffset,
     FetchDataInfo,
     OffsetAndTimestamp,
     PartitionLog,
 )
-from broker.storage.segments import Segment
-from broker.storage.storage import Storage
+from tidelog.broker.storage.segments import Segment
+from tidelog.broker.storage.storage import Storage
 
 __all__ = [
     "UNDEFINED_EPOCH",

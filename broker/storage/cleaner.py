@@ -50,10 +50,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from broker.storage.keys import TopicPartition
-from broker.storage.partition_log import BatchRewrite, PartitionLog
-from broker.storage.segments import Segment
 from tidelog import limits
+from tidelog.broker.storage.keys import TopicPartition
+from tidelog.broker.storage.partition_log import BatchRewrite, PartitionLog
+from tidelog.broker.storage.segments import Segment
 from tidelog.record_batch import (
     ConsumerRecord,
     RecordBatch,

@@ -18,12 +18,12 @@ import itertools
 from collections.abc import Generator, Mapping, Sequence
 from typing import NamedTuple
 
-from broker.storage.config import LogConfig
-from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.keys import CLEANER_CHECKPOINT, META, PartitionKeys, TopicPartition
-from broker.storage.rocks import Column, RocksStore, StoreWriteBatch
-from broker.storage.segments import Segment, plan_retention, should_roll
 from tidelog import limits
+from tidelog.broker.storage.config import LogConfig
+from tidelog.broker.storage.epoch_cache import LeaderEpochCache
+from tidelog.broker.storage.keys import CLEANER_CHECKPOINT, META, PartitionKeys, TopicPartition
+from tidelog.broker.storage.rocks import Column, RocksStore, StoreWriteBatch
+from tidelog.broker.storage.segments import Segment, plan_retention, should_roll
 from tidelog.errors import (
     FencedLeaderEpochError,
     InvalidFetchSizeError,

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 
-from broker.storage.config import LogConfig
-from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.keys import (
+from tidelog import limits
+from tidelog.broker.storage.config import LogConfig
+from tidelog.broker.storage.epoch_cache import LeaderEpochCache
+from tidelog.broker.storage.keys import (
     KIND_CLEANER,
     KIND_EPOCHS,
     KIND_META,
@@ -29,10 +30,9 @@ from broker.storage.keys import (
     TopicPartition,
     offset_of,
 )
-from broker.storage.partition_log import PartitionLog
-from broker.storage.rocks import Column, RocksStore, StoreWriteBatch
-from broker.storage.segments import Segment
-from tidelog import limits
+from tidelog.broker.storage.partition_log import PartitionLog
+from tidelog.broker.storage.rocks import Column, RocksStore, StoreWriteBatch
+from tidelog.broker.storage.segments import Segment
 from tidelog.errors import KafkaStorageErrorError, TidelogError
 from tidelog.invariants import InvariantViolation
 from tidelog.record_batch import RecordBatch, next_offset, validate_batch

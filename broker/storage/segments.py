@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.storage.keys import SEGMENT
+from tidelog.broker.storage.keys import SEGMENT
 
 __all__ = ["RetentionDecision", "Segment", "plan_retention", "should_roll"]
 

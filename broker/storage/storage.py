@@ -12,17 +12,17 @@ import logging
 from pathlib import Path
 from types import TracebackType
 
-from broker.storage.config import FlushPolicy, LogConfig, StorageConfig
-from broker.storage.keys import (
+from tidelog.broker.storage.config import FlushPolicy, LogConfig, StorageConfig
+from tidelog.broker.storage.keys import (
     META,
     PREFIX_BYTES,
     PartitionKeys,
     TopicPartition,
     parse_prefix,
 )
-from broker.storage.partition_log import PartitionLog
-from broker.storage.recovery import load_partition
-from broker.storage.rocks import Column, RocksStore
+from tidelog.broker.storage.partition_log import PartitionLog
+from tidelog.broker.storage.recovery import load_partition
+from tidelog.broker.storage.rocks import Column, RocksStore
 from tidelog.data_dir import DataDirMeta, check_data_dir
 from tidelog.errors import KafkaStorageErrorError, UnknownTopicOrPartitionError
 

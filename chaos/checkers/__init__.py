@@ -1,7 +1,7 @@
 """Jepsen-style checkers over a chaos run's history, and the verdict from the scenario's promise.
 
-    from chaos.history import read_history
-    from chaos.checkers import Promise, check_history
+    from tidelog.chaos.history import read_history
+    from tidelog.chaos.checkers import Promise, check_history
 
     result = check_history(read_history("history.jsonl"), Promise(min_insync_replicas=2))
     result.valid              # False when an anomaly the promise forbids was found
@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chaos.checkers.divergence import ReplicaDumps, check_replicas
-from chaos.checkers.duplicates import check_duplicates
-from chaos.checkers.lost import check_lost
-from chaos.checkers.model import (
+from tidelog.chaos.checkers.divergence import ReplicaDumps, check_replicas
+from tidelog.chaos.checkers.duplicates import check_duplicates
+from tidelog.chaos.checkers.lost import check_lost
+from tidelog.chaos.checkers.model import (
     ANOMALY_EXAMPLES_MAX,
     EVIDENCE_OPS_MAX,
     KINDS,
@@ -35,11 +35,11 @@ from chaos.checkers.model import (
     Json,
     Promise,
 )
-from chaos.checkers.observations import TopicPartition, observe
-from chaos.checkers.offsets import check_inconsistent_offsets
-from chaos.checkers.polls import check_polls
-from chaos.checkers.reads import check_reads
-from chaos.history import History
+from tidelog.chaos.checkers.observations import TopicPartition, observe
+from tidelog.chaos.checkers.offsets import check_inconsistent_offsets
+from tidelog.chaos.checkers.polls import check_polls
+from tidelog.chaos.checkers.reads import check_reads
+from tidelog.chaos.history import History
 
 __all__ = [
     "ANOMALY_EXAMPLES_MAX",

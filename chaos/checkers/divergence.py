@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from chaos.checkers.model import Anomaly, Collector, Json
-from chaos.checkers.observations import TopicPartition
+from tidelog.chaos.checkers.model import Anomaly, Collector, Json
+from tidelog.chaos.checkers.observations import TopicPartition
 
 __all__ = ["ReplicaDumps", "check_replicas"]
 

@@ -9,9 +9,9 @@ leader's producer state answers a retried batch with its first offset, DESIGN.md
 
 from __future__ import annotations
 
-from chaos.checkers.model import Anomaly, Collector, Json, Promise, evidence
-from chaos.checkers.observations import Observations
-from chaos.history import Entry, Send
+from tidelog.chaos.checkers.model import Anomaly, Collector, Json, Promise, evidence
+from tidelog.chaos.checkers.observations import Observations
+from tidelog.chaos.history import Entry, Send
 
 __all__ = ["check_duplicates"]
 

@@ -23,9 +23,9 @@ is G1a, checked in reads.py). The promise forbids a loss of an acks=all send whe
 
 from __future__ import annotations
 
-from chaos.checkers.model import Anomaly, Collector, Json, Promise, evidence
-from chaos.checkers.observations import Observations
-from chaos.history import Send
+from tidelog.chaos.checkers.model import Anomaly, Collector, Json, Promise, evidence
+from tidelog.chaos.checkers.observations import Observations
+from tidelog.chaos.history import Send
 
 __all__ = ["check_lost"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, cast
 
-from chaos.history import Entry, op_to_json
+from tidelog.chaos.history import Entry, op_to_json
 
 __all__ = [
     "ANOMALY_EXAMPLES_MAX",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from chaos.history import Entry, History, Poll, Send
+from tidelog.chaos.history import Entry, History, Poll, Send
 
 __all__ = ["Observations", "Position", "TopicPartition", "observe"]
 

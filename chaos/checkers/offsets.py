@@ -11,9 +11,9 @@ between two *committed* observations: reads, and acknowledgements of acks=all se
 
 from __future__ import annotations
 
-from chaos.checkers.model import Anomaly, Collector, Json, Promise, evidence
-from chaos.checkers.observations import Observations
-from chaos.history import Entry, Send
+from tidelog.chaos.checkers.model import Anomaly, Collector, Json, Promise, evidence
+from tidelog.chaos.checkers.observations import Observations
+from tidelog.chaos.history import Entry, Send
 
 __all__ = ["check_inconsistent_offsets"]
 

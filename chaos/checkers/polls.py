@@ -20,9 +20,16 @@ from __future__ import annotations
 
 import itertools
 
-from chaos.checkers.model import EVIDENCE_OPS_MAX, Anomaly, Collector, Json, Promise, evidence
-from chaos.checkers.observations import Observations, TopicPartition
-from chaos.history import Entry, Poll, PolledRecord
+from tidelog.chaos.checkers.model import (
+    EVIDENCE_OPS_MAX,
+    Anomaly,
+    Collector,
+    Json,
+    Promise,
+    evidence,
+)
+from tidelog.chaos.checkers.observations import Observations, TopicPartition
+from tidelog.chaos.history import Entry, Poll, PolledRecord
 
 __all__ = ["check_polls"]
 

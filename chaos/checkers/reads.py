@@ -13,9 +13,9 @@ Both are forbidden whatever the promise: no configuration makes them legal.
 
 from __future__ import annotations
 
-from chaos.checkers.model import Anomaly, Collector, Promise, evidence
-from chaos.checkers.observations import Observations
-from chaos.history import Send
+from tidelog.chaos.checkers.model import Anomaly, Collector, Promise, evidence
+from tidelog.chaos.checkers.observations import Observations
+from tidelog.chaos.history import Send
 
 __all__ = ["check_reads"]
 

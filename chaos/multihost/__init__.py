@@ -1,4 +1,4 @@
-"""A rendered cluster on six hosts: ``python -m chaos.multihost`` (``make deploy-demo``).
+"""A rendered cluster on six hosts: ``python -m tidelog.chaos.multihost`` (``make deploy-demo``).
 
 What a person does with a real deployment, on one machine: an inventory of 3 controllers and
 3 brokers on six hosts goes through ``tidelog deploy render``; each host is a Linux network

@@ -1,4 +1,5 @@
-"""``python -m chaos.multihost [--workdir DIR]`` (``make deploy-demo``): see the package doc.
+"""``python -m tidelog.chaos.multihost [--workdir DIR]`` (``make deploy-demo``): see the package
+doc.
 
 Outside (the caller's namespace) it checks the machine can make namespaces (exit 2 with one
 line when it cannot: not root, no ``ip``), creates them and runs itself again inside the client
@@ -13,14 +14,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from chaos.multihost.hosts import HOSTS
-from chaos.netns import session
+from tidelog.chaos.multihost.hosts import HOSTS
+from tidelog.chaos.netns import session
 
 EXIT_CANNOT = 2
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.multihost")
+    parser = argparse.ArgumentParser(prog="python -m tidelog.chaos.multihost")
     parser.add_argument("--workdir", help="where the rendered files, data and logs go "
                                           "(default: a new temporary directory, kept)")
     args = parser.parse_args(argv)
@@ -28,12 +29,12 @@ def main(argv: list[str]) -> int:
     if plan is None:
         workdir = args.workdir or tempfile.mkdtemp(prefix="tidelog-multihost-")
         outcome = session.run_outside(HOSTS, ["--workdir", workdir], netem=False,
-                                      module="chaos.multihost")
+                                      module="tidelog.chaos.multihost")
         if isinstance(outcome, str):
             print(f"cannot run here: {outcome}", file=sys.stderr)
             return EXIT_CANNOT
         return outcome
-    from chaos.multihost.run import dump, run
+    from tidelog.chaos.multihost.run import dump, run
 
     workdir_path = Path(args.workdir or tempfile.mkdtemp(prefix="tidelog-multihost-"))
     report = run(plan, workdir_path)

@@ -14,8 +14,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.netns.plan import DEVICE, NetnsPlan
-from chaos.netns.shell import run as run_ip
+from tidelog.chaos.netns.plan import DEVICE, NetnsPlan
+from tidelog.chaos.netns.shell import run as run_ip
 from tidelog.deploy.inventory import Inventory, Node
 
 __all__ = [

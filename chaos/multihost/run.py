@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chaos.multihost.hosts import BROKER_HOSTS, Nodes, install, inventory_text, set_link
-from chaos.multihost.prometheus import Prometheus, dashboard_expressions
-from chaos.netns.plan import NetnsPlan
+from tidelog.chaos.multihost.hosts import BROKER_HOSTS, Nodes, install, inventory_text, set_link
+from tidelog.chaos.multihost.prometheus import Prometheus, dashboard_expressions
+from tidelog.chaos.netns.plan import NetnsPlan
 from tidelog.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tidelog.deploy.writer import default_rules_dir, render_to
 from tidelog.errors import TidelogError

@@ -12,9 +12,9 @@
 docs/chaos.md ("Faults") describes each fault, what it does and how it heals.
 """
 
-from chaos.nemesis.fault import Fault, FaultBase, FaultStateError, Window
-from chaos.nemesis.network import LinkToxic, Partition, ProxiedNetwork, routed_overrides
-from chaos.nemesis.plan import (
+from tidelog.chaos.nemesis.fault import Fault, FaultBase, FaultStateError, Window
+from tidelog.chaos.nemesis.network import LinkToxic, Partition, ProxiedNetwork, routed_overrides
+from tidelog.chaos.nemesis.plan import (
     Bridge,
     BrokerFromControllers,
     Isolate,
@@ -25,7 +25,7 @@ from chaos.nemesis.plan import (
     majority_minority,
     plan_partition,
 )
-from chaos.nemesis.process import GracefulRestart, Kill, KillCluster, Pause
+from tidelog.chaos.nemesis.process import GracefulRestart, Kill, KillCluster, Pause
 
 __all__ = [
     "Bridge",

@@ -42,10 +42,10 @@ from typing import Any, Literal
 
 from toxiproxy import Proxy
 
-from chaos import proxies
-from chaos.nemesis import topology
-from chaos.nemesis.fault import FaultBase
-from chaos.nemesis.plan import (
+from tidelog.chaos import proxies
+from tidelog.chaos.nemesis import topology
+from tidelog.chaos.nemesis.fault import FaultBase
+from tidelog.chaos.nemesis.plan import (
     Bridge,
     BrokerFromControllers,
     Isolate,
@@ -56,7 +56,7 @@ from chaos.nemesis.plan import (
     Shape,
     plan_partition,
 )
-from chaos.router import HOST, RAFT_BACKEND_HOST, LinkRouter
+from tidelog.chaos.router import HOST, RAFT_BACKEND_HOST, LinkRouter
 from tidelog.local_cluster import LocalCluster
 
 __all__ = ["LinkToxic", "Partition", "ProxiedNetwork", "link_name", "routed_overrides"]

@@ -23,7 +23,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from chaos.nemesis.fault import FaultBase
+from tidelog.chaos.nemesis.fault import FaultBase
 from tidelog.local_cluster import LocalCluster
 
 __all__ = ["GracefulRestart", "Kill", "KillCluster", "Pause", "Target"]

@@ -11,7 +11,7 @@ import collections
 
 import grpc
 
-from chaos.nemesis.plan import Node, Role
+from tidelog.chaos.nemesis.plan import Node, Role
 from tidelog.local_cluster import LocalCluster
 from tidelog.v1 import controller_pb2, controller_pb2_grpc
 

@@ -9,13 +9,13 @@ own, partitions cut with tc filters and slow or lossy links made with netem.
 * session.py: ``tidelog chaos run --network netns``: creates the namespaces and runs the
   runner itself again inside the client namespace.
 
-``python -m chaos.netns cleanup [RUN_ID]`` removes what a run left behind. docs/chaos.md
+``python -m tidelog.chaos.netns cleanup [RUN_ID]`` removes what a run left behind. docs/chaos.md
 ("Faults", the netns mode) says what the mode needs, creates and removes.
 """
 
-from chaos.netns.faults import NetnsNetem, NetnsNetwork, NetnsPartition
-from chaos.netns.plan import NetnsPlan
-from chaos.netns.shell import NetnsError, cleanup, namespaces, unavailable
+from tidelog.chaos.netns.faults import NetnsNetem, NetnsNetwork, NetnsPartition
+from tidelog.chaos.netns.plan import NetnsPlan
+from tidelog.chaos.netns.shell import NetnsError, cleanup, namespaces, unavailable
 
 __all__ = [
     "NetnsError",

@@ -1,16 +1,17 @@
-"""``python -m chaos.netns cleanup [RUN_ID]``: remove the namespaces (and kill the processes in
-them) that netns-mode runs left behind, of one run or of every run; prints what it removed."""
+"""``python -m tidelog.chaos.netns cleanup [RUN_ID]``: remove the namespaces (and kill the
+processes in them) that netns-mode runs left behind, of one run or of every run; prints what it
+removed."""
 
 from __future__ import annotations
 
 import sys
 
-from chaos.netns.shell import NetnsError, cleanup
+from tidelog.chaos.netns.shell import NetnsError, cleanup
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] != "cleanup" or len(argv) > 2:
-        print("usage: python -m chaos.netns cleanup [RUN_ID]", file=sys.stderr)
+        print("usage: python -m tidelog.chaos.netns cleanup [RUN_ID]", file=sys.stderr)
         return 2
     try:
         removed = cleanup(argv[1] if len(argv) == 2 else None)

@@ -25,12 +25,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from chaos.nemesis import topology
-from chaos.nemesis.fault import FaultBase
-from chaos.nemesis.network import _describe, _shape_name, link_name
-from chaos.nemesis.plan import IsolateActiveController, Link, Node, Shape, plan_partition
-from chaos.netns import shell
-from chaos.netns.plan import SLOTS_MAX, NetnsPlan, cut_commands, heal_commands, netem_commands
+from tidelog.chaos.nemesis import topology
+from tidelog.chaos.nemesis.fault import FaultBase
+from tidelog.chaos.nemesis.network import _describe, _shape_name, link_name
+from tidelog.chaos.nemesis.plan import IsolateActiveController, Link, Node, Shape, plan_partition
+from tidelog.chaos.netns import shell
+from tidelog.chaos.netns.plan import (
+    SLOTS_MAX,
+    NetnsPlan,
+    cut_commands,
+    heal_commands,
+    netem_commands,
+)
 from tidelog.local_cluster import LocalCluster
 
 __all__ = ["NetnsNetem", "NetnsNetwork", "NetnsPartition"]

@@ -29,8 +29,8 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from chaos.netns import shell
-from chaos.netns.plan import NetnsPlan
+from tidelog.chaos.netns import shell
+from tidelog.chaos.netns.plan import NetnsPlan
 
 __all__ = ["ENV_VAR", "cluster_nodes", "plan_from_env", "run_outside"]
 

@@ -12,7 +12,7 @@ can, and removes what a run created, also when it failed or was interrupted.
   ``with`` be skipped;
 * :func:`cleanup` removes what runs left behind: the processes still inside their
   namespaces (SIGKILL, by pid, from ``ip netns pids``), then the namespaces, whose veths and
-  bridge go with them. ``python -m chaos.netns cleanup [RUN_ID]`` runs it by hand.
+  bridge go with them. ``python -m tidelog.chaos.netns cleanup [RUN_ID]`` runs it by hand.
 
 Every command is bounded by :data:`COMMAND_TIMEOUT_S`; a failing one raises
 :class:`NetnsError` naming the command and ``ip``/``tc``'s own first line of error.
@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from chaos.netns.plan import PREFIX, NetnsPlan, leftovers, pick_subnet
+from tidelog.chaos.netns.plan import PREFIX, NetnsPlan, leftovers, pick_subnet
 
 __all__ = ["NetnsError", "cleanup", "inside", "namespaces", "new_plan", "run", "unavailable"]
 

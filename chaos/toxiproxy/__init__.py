@@ -11,7 +11,7 @@ on, attributes are checked strictly) is written down in docs/decisions.md.
 Two ways to run it:
 - in a test process: `ToxiproxyServer(port=0).start()` runs it on a background thread with its
   own event loop; `.stop()` ends it;
-- as a process: `python -m chaos.toxiproxy --host 127.0.0.1 --port 8474`; it prints one JSON
+- as a process: `python -m tidelog.chaos.toxiproxy --host 127.0.0.1 --port 8474`; it prints one JSON
   line, {"api": "host:port"}, on stdout once it listens (so --port 0 can be used).
 
 The modules, from the pure core out (the first four do no I/O and read no clock):
@@ -29,7 +29,7 @@ The modules, from the pure core out (the first four do no I/O and read no clock)
 - __main__.py: the process.
 """
 
-from chaos.toxiproxy.api import VERSION
-from chaos.toxiproxy.server import DEFAULT_API_PORT, ToxiproxyApp, ToxiproxyServer
+from tidelog.chaos.toxiproxy.api import VERSION
+from tidelog.chaos.toxiproxy.server import DEFAULT_API_PORT, ToxiproxyApp, ToxiproxyServer
 
 __all__ = ["DEFAULT_API_PORT", "VERSION", "ToxiproxyApp", "ToxiproxyServer"]

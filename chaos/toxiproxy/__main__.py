@@ -1,6 +1,6 @@
-"""`python -m chaos.toxiproxy`: the Toxiproxy-compatible server as a process.
+"""`python -m tidelog.chaos.toxiproxy`: the Toxiproxy-compatible server as a process.
 
-    python -m chaos.toxiproxy --host 127.0.0.1 --port 8474 [--seed N] [--log-level INFO]
+    python -m tidelog.chaos.toxiproxy --host 127.0.0.1 --port 8474 [--seed N] [--log-level INFO]
 
 It prints one JSON line on stdout, {"api": "host:port"}, once the API listens, so that whoever
 started it learns the port even when --port is 0 (chaos/proxies.py reads it), and runs until
@@ -16,8 +16,8 @@ import logging
 import signal
 import sys
 
-from chaos.toxiproxy.model import format_address
-from chaos.toxiproxy.server import DEFAULT_API_PORT, ToxiproxyApp
+from tidelog.chaos.toxiproxy.model import format_address
+from tidelog.chaos.toxiproxy.server import DEFAULT_API_PORT, ToxiproxyApp
 
 
 async def _serve(host: str, port: int, seed: int | None) -> None:
@@ -36,7 +36,7 @@ async def _serve(host: str, port: int, seed: int | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.toxiproxy",
+        prog="python -m tidelog.chaos.toxiproxy",
         description="A TCP proxy with Toxiproxy's HTTP admin API (chaos/toxiproxy).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_API_PORT)

@@ -25,10 +25,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from chaos.toxiproxy.limits import HTTP_BODY_BYTES_MAX, HTTP_REQUEST_TIMEOUT_S, PROXIES_MAX
-from chaos.toxiproxy.model import ApiError, ProxyConfig, bad_body, error_body
-from chaos.toxiproxy.proxy import Proxy
-from chaos.toxiproxy.toxics import Toxic, create_toxic, update_toxic
+from tidelog.chaos.toxiproxy.limits import HTTP_BODY_BYTES_MAX, HTTP_REQUEST_TIMEOUT_S, PROXIES_MAX
+from tidelog.chaos.toxiproxy.model import ApiError, ProxyConfig, bad_body, error_body
+from tidelog.chaos.toxiproxy.proxy import Proxy
+from tidelog.chaos.toxiproxy.toxics import Toxic, create_toxic, update_toxic
 
 __all__ = ["VERSION", "Api"]
 

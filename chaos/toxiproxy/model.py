@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.toxiproxy.limits import NAME_CHARS_MAX
+from tidelog.chaos.toxiproxy.limits import NAME_CHARS_MAX
 
 __all__ = [
     "ApiError",

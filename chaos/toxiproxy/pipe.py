@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from chaos.toxiproxy.limits import PIPE_QUEUE_BYTES_MAX
-from chaos.toxiproxy.toxics import Toxic
+from tidelog.chaos.toxiproxy.limits import PIPE_QUEUE_BYTES_MAX
+from tidelog.chaos.toxiproxy.toxics import Toxic
 
 __all__ = ["Close", "PassEof", "Pipe", "Step", "Stop", "Wait", "Write"]
 

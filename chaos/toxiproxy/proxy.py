@@ -21,14 +21,14 @@ import socket
 import struct
 from typing import Any
 
-from chaos.toxiproxy.limits import (
+from tidelog.chaos.toxiproxy.limits import (
     CONNECTIONS_PER_PROXY_MAX,
     PIPE_WRITES_PER_TURN_MAX,
     UPSTREAM_CONNECT_TIMEOUT_S,
 )
-from chaos.toxiproxy.model import ApiError, format_address, parse_address
-from chaos.toxiproxy.pipe import Close, PassEof, Pipe, Stop, Wait, Write
-from chaos.toxiproxy.toxics import STREAMS, Toxic
+from tidelog.chaos.toxiproxy.model import ApiError, format_address, parse_address
+from tidelog.chaos.toxiproxy.pipe import Close, PassEof, Pipe, Stop, Wait, Write
+from tidelog.chaos.toxiproxy.toxics import STREAMS, Toxic
 
 __all__ = ["Proxy"]
 

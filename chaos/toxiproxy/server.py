@@ -1,6 +1,6 @@
 """The Toxiproxy-compatible server's runners: `ToxiproxyApp` serves the admin API and the
 proxies inside one event loop; `ToxiproxyServer` runs one on a background thread of a test
-process. (The process entry, `python -m chaos.toxiproxy`, is chaos/toxiproxy/__main__.py.)
+process. (The process entry, `python -m tidelog.chaos.toxiproxy`, is chaos/toxiproxy/__main__.py.)
 
 The API is aiohttp's HTTP/1.1 server with the package's limits handed to it: a request's head
 bounded line by line (HTTP_REQUEST_LINE_BYTES_MAX, HTTP_HEADER_BYTES_MAX, HTTP_HEADERS_MAX) and
@@ -20,8 +20,8 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
-from chaos.toxiproxy.api import Api
-from chaos.toxiproxy.limits import (
+from tidelog.chaos.toxiproxy.api import Api
+from tidelog.chaos.toxiproxy.limits import (
     HTTP_CLOSE_TIMEOUT_S,
     HTTP_CONNECTIONS_MAX,
     HTTP_HEADER_BYTES_MAX,
@@ -29,13 +29,13 @@ from chaos.toxiproxy.limits import (
     HTTP_REQUEST_LINE_BYTES_MAX,
     HTTP_REQUEST_TIMEOUT_S,
 )
-from chaos.toxiproxy.model import format_address
+from tidelog.chaos.toxiproxy.model import format_address
 
 __all__ = ["DEFAULT_API_PORT", "ToxiproxyApp", "ToxiproxyServer"]
 
 log = logging.getLogger(__name__)
 #: aiohttp's own lines about API connections.
-http_log = logging.getLogger("chaos.toxiproxy.http")
+http_log = logging.getLogger("tidelog.chaos.toxiproxy.http")
 
 DEFAULT_API_PORT: Final = 8474  # Toxiproxy's
 

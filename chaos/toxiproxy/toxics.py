@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chaos.toxiproxy.limits import ATTRIBUTE_VALUE_MAX, TOXICS_PER_PROXY_MAX
-from chaos.toxiproxy.model import ApiError, bad_body, check_name
+from tidelog.chaos.toxiproxy.limits import ATTRIBUTE_VALUE_MAX, TOXICS_PER_PROXY_MAX
+from tidelog.chaos.toxiproxy.model import ApiError, bad_body, check_name
 
 __all__ = ["KINDS", "STREAMS", "Toxic", "ToxicKind", "create_toxic", "update_toxic"]
 

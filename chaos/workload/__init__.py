@@ -1,8 +1,8 @@
 """Workloads of a chaos run: clients that record a history while the nemesis breaks the
 cluster, a final drain on the healed cluster, and replica dumps for the divergence checker.
 
-    from chaos.history import HistoryWriter
-    from chaos.workload import (QueueWorkload, QueueWorkloadConfig, RunContext, drain,
+    from tidelog.chaos.history import HistoryWriter
+    from tidelog.chaos.workload import (QueueWorkload, QueueWorkloadConfig, RunContext, drain,
                                 dump_replicas, wait_for_replicas_in_sync)
 
     with HistoryWriter(run_dir / "history.jsonl") as writer:
@@ -23,13 +23,17 @@ config.py, stats.py; context.py (what a run's workers share). docs/chaos.md, "Wo
 describes them for users.
 """
 
-from chaos.workload.config import ClientSettings, ProducerSpec, QueueWorkloadConfig
-from chaos.workload.context import RunContext
-from chaos.workload.drain import DrainResult, drain
-from chaos.workload.queue import QueueWorkload, WorkerSummary, WorkloadBugError, WorkloadResult
-from chaos.workload.replicas import (
+from tidelog.chaos.workload.config import ClientSettings, ProducerSpec, QueueWorkloadConfig
+from tidelog.chaos.workload.context import RunContext
+from tidelog.chaos.workload.drain import DrainResult, drain
+from tidelog.chaos.workload.queue import (
+    QueueWorkload,
+    WorkerSummary,
+    WorkloadBugError,
+    WorkloadResult,
+)
+from tidelog.chaos.workload.replicas import (
     InSyncPartitions,
-    batch_digest,
     dump_replicas,
     wait_for_replicas_in_sync,
 )
@@ -45,7 +49,6 @@ __all__ = [
     "WorkerSummary",
     "WorkloadBugError",
     "WorkloadResult",
-    "batch_digest",
     "drain",
     "dump_replicas",
     "wait_for_replicas_in_sync",

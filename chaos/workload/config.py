@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Final
 
-from chaos.history import ACKS, Acks
-from chaos.workload.pacing import RATE_PER_S_MAX
+from tidelog.chaos.history import ACKS, Acks
+from tidelog.chaos.workload.pacing import RATE_PER_S_MAX
 
 __all__ = [
     "CONSUMERS_MAX",

@@ -25,13 +25,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-from chaos.history import HistoryError, Poll, PolledRecord
-from chaos.workload.config import ClientSettings
-from chaos.workload.context import RunContext
-from chaos.workload.outcomes import describe_error
-from chaos.workload.sessions import GroupSessions
-from chaos.workload.stats import WorkerStats
-from chaos.workload.values import decode_value
+from tidelog.chaos.history import HistoryError, Poll, PolledRecord
+from tidelog.chaos.workload.config import ClientSettings
+from tidelog.chaos.workload.context import RunContext
+from tidelog.chaos.workload.outcomes import describe_error
+from tidelog.chaos.workload.sessions import GroupSessions
+from tidelog.chaos.workload.stats import WorkerStats
+from tidelog.chaos.workload.values import decode_value
 from tidelog.client import (
     Consumer,
     ConsumerRebalanceListener,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 
-from chaos.history import HistoryError, HistoryWriter, Op
+from tidelog.chaos.history import HistoryError, HistoryWriter, Op
 
 __all__ = ["RunContext"]
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from chaos.history import HistoryError, Poll
-from chaos.workload.config import ClientSettings
-from chaos.workload.consumers import polled_records
-from chaos.workload.context import RunContext
-from chaos.workload.outcomes import describe_error
+from tidelog.chaos.history import HistoryError, Poll
+from tidelog.chaos.workload.config import ClientSettings
+from tidelog.chaos.workload.consumers import polled_records
+from tidelog.chaos.workload.context import RunContext
+from tidelog.chaos.workload.outcomes import describe_error
 from tidelog.client import Consumer, TopicPartition
 
 __all__ = ["DrainResult", "drain"]

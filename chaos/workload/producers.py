@@ -26,13 +26,13 @@ import threading
 import time
 from typing import Literal, Protocol
 
-from chaos.history import HistoryError, Send
-from chaos.workload.config import ClientSettings, ProducerSpec
-from chaos.workload.context import RunContext
-from chaos.workload.outcomes import delivery_error_type, describe_error
-from chaos.workload.pacing import Pacer
-from chaos.workload.stats import WorkerStats
-from chaos.workload.values import ValueSequence, encode_value
+from tidelog.chaos.history import HistoryError, Send
+from tidelog.chaos.workload.config import ClientSettings, ProducerSpec
+from tidelog.chaos.workload.context import RunContext
+from tidelog.chaos.workload.outcomes import delivery_error_type, describe_error
+from tidelog.chaos.workload.pacing import Pacer
+from tidelog.chaos.workload.stats import WorkerStats
+from tidelog.chaos.workload.values import ValueSequence, encode_value
 from tidelog.client import Producer, RecordMetadata
 
 __all__ = ["ProducerWorker"]

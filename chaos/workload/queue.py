@@ -32,12 +32,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from chaos.history import HistoryError
-from chaos.workload.config import QueueWorkloadConfig
-from chaos.workload.consumers import AssignConsumerWorker, GroupConsumerWorker
-from chaos.workload.context import RunContext
-from chaos.workload.producers import ProducerWorker
-from chaos.workload.stats import WorkerStats
+from tidelog.chaos.history import HistoryError
+from tidelog.chaos.workload.config import QueueWorkloadConfig
+from tidelog.chaos.workload.consumers import AssignConsumerWorker, GroupConsumerWorker
+from tidelog.chaos.workload.context import RunContext
+from tidelog.chaos.workload.producers import ProducerWorker
+from tidelog.chaos.workload.stats import WorkerStats
 
 __all__ = ["QueueWorkload", "WorkerSummary", "WorkloadBugError", "WorkloadResult"]
 

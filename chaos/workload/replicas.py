@@ -10,11 +10,11 @@ tests/integration/replica_checks.py does: once the cluster has healed and the wo
    replica has everything: HW is the minimum LEO over the ISR), and returns each partition's
    replicas and HW. A replica still catching up would otherwise look diverged;
 2. the runner stops the brokers (kill -9 is fine: RocksDB's WAL keeps every write);
-3. :func:`dump_replicas` opens each broker's storage with ``broker.storage.Storage`` (the
-   broker's own recovery, as a restart would run it) and lists each hosted partition's batches
-   from its log start to its log end offset: the base offset and the BLAKE2b-128 of the stored
-   bytes (:func:`batch_digest`; the whole batch, header included, so a different leader epoch
-   or producer state shows too).
+3. :func:`dump_replicas` runs ``tidelog storage dump-log`` on each broker's data dir (the
+   broker's own recovery, as a restart would run it: chaos/ is a user of the cluster and
+   imports nothing of broker/), which lists each hosted partition's batches from its log start
+   to its log end offset: the base offset and the BLAKE2b-128 of the stored bytes (the whole
+   batch, header included, so a different leader epoch or producer state shows too).
 
 The result is :data:`chaos.checkers.ReplicaDumps` plus the HWs, ready for
 ``check_history(..., replicas=, high_watermarks=)``, which compares them below the HW.
@@ -22,24 +22,24 @@ The result is :data:`chaos.checkers.ReplicaDumps` plus the HWs, ready for
 
 from __future__ import annotations
 
-import hashlib
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from broker.storage import Storage
-from chaos.checkers.observations import TopicPartition as CheckedPartition
+from tidelog.chaos.checkers.observations import TopicPartition as CheckedPartition
 from tidelog.client import Admin
-from tidelog.errors import KafkaStorageErrorError
 
-__all__ = ["InSyncPartitions", "batch_digest", "dump_replicas", "wait_for_replicas_in_sync"]
+__all__ = ["InSyncPartitions", "dump_replicas", "wait_for_replicas_in_sync"]
 
-#: How long opening a just-killed broker's storage retries RocksDB's LOCK (its last threads
-#: may hold it for a few milliseconds after the process is reaped).
-LOCK_WAIT_S = 5.0
 _POLL_S = 0.2
+#: One dump-log of a broker's data dir (it retries a held lock for 5 s itself).
+DUMP_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +50,6 @@ class InSyncPartitions:
     replicas: dict[CheckedPartition, tuple[int, ...]]
     high_watermarks: dict[CheckedPartition, int]
     topic_ids: dict[str, str]
-
-
-def batch_digest(data: bytes) -> str:
-    """The digest a dump holds for one stored batch."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def wait_for_replicas_in_sync(bootstrap: str, topics: Iterable[str], *, timeout_s: float,
@@ -97,28 +92,27 @@ def dump_replicas(data_dirs: Mapping[int, Path | str], topic_ids: Mapping[str, s
     """Every replica of the topics in ``topic_ids`` (name -> topic id, as Admin describes it)
     held by the brokers whose data dirs are given (broker id -> data dir). The brokers must
     be stopped."""
-    names = {uuid.UUID(topic_id).bytes: name for name, topic_id in topic_ids.items()}
+    names = {uuid.UUID(topic_id).hex: name for name, topic_id in topic_ids.items()}
     dumps: dict[CheckedPartition, dict[int, list[tuple[int, str]]]] = {}
     for broker_id, data_dir in sorted(data_dirs.items()):
-        with _open_storage(Path(data_dir), broker_id) as storage:
-            for key in storage.partitions():
-                name = names.get(key.topic_id)
-                if name is None:
-                    continue
-                plog = storage.log(key.topic_id, key.partition)
-                entries = [(base, batch_digest(data)) for base, data in
-                           plog.scan_batches(plog.log_start_offset, plog.log_end_offset)]
-                dumps.setdefault((name, key.partition), {})[broker_id] = entries
+        for row in _dump_log(Path(data_dir), broker_id, sorted(names)):
+            entries = dumps.setdefault((names[row["topic_id"]], row["partition"]), {})
+            if row["kind"] == "partition":  # a replica, perhaps without a batch
+                entries[broker_id] = []
+            else:
+                entries[broker_id].append((row["base_offset"], row["digest"]))
     return dumps
 
 
-def _open_storage(data_dir: Path, broker_id: int) -> Storage:
-    deadline = time.monotonic() + LOCK_WAIT_S
-    # Bounded: retries only a held LOCK, until the deadline.
-    while True:
-        try:
-            return Storage.open(data_dir, cluster_id=None, node_id=broker_id)
-        except KafkaStorageErrorError as e:
-            if "lock" not in str(e).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+def _dump_log(data_dir: Path, broker_id: int, topic_ids: list[str]) -> list[dict[str, Any]]:
+    """``tidelog storage dump-log --format json`` of one data dir, for these topic ids."""
+    command = [sys.executable, "-m", "tidelog.cli", "storage", "dump-log",
+               "--dir", str(data_dir), "--node-id", str(broker_id), "--format", "json"]
+    for topic_id in topic_ids:
+        command += ["--topic-id", topic_id]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=DUMP_TIMEOUT_S,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"dump-log of broker {broker_id}'s {data_dir} failed "
+                           f"(exit {done.returncode}): {done.stderr.strip()}")
+    return [json.loads(line) for line in done.stdout.splitlines()]

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
-from chaos.workload.outcomes import describe_error
+from tidelog.chaos.workload.outcomes import describe_error
 
 __all__ = ["ERROR_KINDS_MAX", "WorkerStats"]
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import random
 import uuid
 
-from controller.managers.common import (
+from tidelog import acl
+from tidelog.acl import AclBinding, binding_from_proto, binding_to_proto
+from tidelog.controller.managers.common import (
     ACL_CREATIONS_PER_REQUEST_MAX,
     ACL_FILTERS_PER_REQUEST_MAX,
     error_response,
     set_error,
 )
-from tidelog import acl
-from tidelog.acl import AclBinding, binding_from_proto, binding_to_proto
 from tidelog.errors import InvalidRequestError
 from tidelog.metadata.image import ACL_ID_BYTES, MetadataImage
 from tidelog.metadata.records import metadata_record

@@ -43,15 +43,15 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
-from controller.managers.common import (
+from tidelog.controller.managers.broker_heartbeats import BrokerHeartbeatTracker
+from tidelog.controller.managers.common import (
     ENDPOINT_TEXT_LENGTH_MAX,
     FENCE_BATCH_RECORDS_SOFT_MAX,
     FENCE_CHANGES_PER_BATCH_MAX,
     check_broker_epoch,
     set_error,
 )
-from controller.managers.replication_control import PartitionKey, ReplicationControlManager
+from tidelog.controller.managers.replication_control import PartitionKey, ReplicationControlManager
 from tidelog.errors import (
     DuplicateBrokerRegistrationError,
     InconsistentClusterIdError,

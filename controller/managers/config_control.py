@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from controller.managers.common import (
+from tidelog import configs
+from tidelog.controller.managers.common import (
     CONFIG_OPS_PER_RESOURCE_MAX,
     CONFIG_RESOURCES_PER_REQUEST_MAX,
     set_error,
 )
-from tidelog import configs
 from tidelog.errors import (
     DuplicateResourceError,
     InvalidConfigError,

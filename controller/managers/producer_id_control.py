@@ -8,7 +8,7 @@ overlap even across controller failovers.
 
 from __future__ import annotations
 
-from controller.managers.common import ControllerConfig, check_broker_epoch, set_error
+from tidelog.controller.managers.common import ControllerConfig, check_broker_epoch, set_error
 from tidelog.errors import TidelogError, UnknownServerError
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import metadata_record

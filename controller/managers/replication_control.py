@@ -18,15 +18,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.managers.common import (
+from tidelog import configs, limits
+from tidelog.controller.managers.common import (
     TOPICS_PER_REQUEST_MAX,
     ControllerConfig,
     check_broker_epoch,
     set_error,
 )
-from controller.managers.partition_change import build_partition_change, without_broker
-from controller.placement import place_replicas
-from tidelog import configs, limits
+from tidelog.controller.managers.partition_change import build_partition_change, without_broker
+from tidelog.controller.placement import place_replicas
 from tidelog.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,

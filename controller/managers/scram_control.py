@@ -15,8 +15,8 @@ replaces it: a password change, effective for the next call a client makes.
 
 from __future__ import annotations
 
-from controller.managers.common import error_response, set_error
 from tidelog import scram
+from tidelog.controller.managers.common import error_response, set_error
 from tidelog.errors import InvalidRequestError, TidelogError, error_for_code
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import metadata_record

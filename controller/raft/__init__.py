@@ -63,41 +63,41 @@ socket.inet_ntop = _socket.inet_ntop if _socket_inet_ntop is _windows_inet_ntop 
 
 # The public API, then the private names the tests use (explicit re-exports: "as" keeps them
 # exported under mypy --strict).
-from controller.raft.errors import FailReason, ProposeError, RaftStartError  # noqa: E402
-from controller.raft.framing import _CHALLENGE as _CHALLENGE  # noqa: E402
-from controller.raft.framing import _FRAME_BYTES_MAX as _FRAME_BYTES_MAX  # noqa: E402
-from controller.raft.framing import _FRAME_LENGTH as _FRAME_LENGTH  # noqa: E402
-from controller.raft.framing import _FRAME_SEQ as _FRAME_SEQ  # noqa: E402
-from controller.raft.framing import (  # noqa: E402
+from tidelog.controller.raft.errors import FailReason, ProposeError, RaftStartError  # noqa: E402
+from tidelog.controller.raft.framing import _CHALLENGE as _CHALLENGE  # noqa: E402
+from tidelog.controller.raft.framing import _FRAME_BYTES_MAX as _FRAME_BYTES_MAX  # noqa: E402
+from tidelog.controller.raft.framing import _FRAME_LENGTH as _FRAME_LENGTH  # noqa: E402
+from tidelog.controller.raft.framing import _FRAME_SEQ as _FRAME_SEQ  # noqa: E402
+from tidelog.controller.raft.framing import (  # noqa: E402
     _HANDSHAKE_FRAME_BYTES_MAX as _HANDSHAKE_FRAME_BYTES_MAX,
 )
-from controller.raft.framing import _HELLO as _HELLO  # noqa: E402
-from controller.raft.framing import _MAC_BYTES as _MAC_BYTES  # noqa: E402
-from controller.raft.framing import _NO_OP_COMMAND as _NO_OP_COMMAND  # noqa: E402
-from controller.raft.framing import _NONCE_BYTES as _NONCE_BYTES  # noqa: E402
-from controller.raft.framing import _PROOF as _PROOF  # noqa: E402
-from controller.raft.framing import _WIRE_MAGIC as _WIRE_MAGIC  # noqa: E402
-from controller.raft.framing import _decode_message as _decode_message  # noqa: E402
-from controller.raft.framing import _encode_message as _encode_message  # noqa: E402
-from controller.raft.framing import _FrameCodec as _FrameCodec  # noqa: E402
-from controller.raft.framing import _Handshake as _Handshake  # noqa: E402
-from controller.raft.framing import _mac as _mac  # noqa: E402
-from controller.raft.framing import _PeerRefused as _PeerRefused  # noqa: E402
-from controller.raft.framing import _transcript as _transcript  # noqa: E402
-from controller.raft.journal import DurableJournal as DurableJournal  # noqa: E402
-from controller.raft.journal import JournalError  # noqa: E402
-from controller.raft.patches import _PYSYNCOBJ_SHA256 as _PYSYNCOBJ_SHA256  # noqa: E402
-from controller.raft.patches import PysyncobjMismatchError  # noqa: E402
-from controller.raft.patches import _check_pysyncobj as _check_pysyncobj  # noqa: E402
-from controller.raft.patches import _PatchedSyncObj as _PatchedSyncObj  # noqa: E402
-from controller.raft.patches import _RejectFloor as _RejectFloor  # noqa: E402
-from controller.raft.quorum import RaftQuorum, StateMachine  # noqa: E402
-from controller.raft.self_test import _run_self_test as _run_self_test  # noqa: E402
-from controller.raft.self_test import _self_test as _self_test  # noqa: E402
-from controller.raft.self_test import _SelfTestTransport as _SelfTestTransport  # noqa: E402
-from controller.raft.settings import RaftSettings  # noqa: E402
-from controller.raft.snapshot_codec import SnapshotCorruptError  # noqa: E402
-from controller.raft.transport import (  # noqa: E402
+from tidelog.controller.raft.framing import _HELLO as _HELLO  # noqa: E402
+from tidelog.controller.raft.framing import _MAC_BYTES as _MAC_BYTES  # noqa: E402
+from tidelog.controller.raft.framing import _NO_OP_COMMAND as _NO_OP_COMMAND  # noqa: E402
+from tidelog.controller.raft.framing import _NONCE_BYTES as _NONCE_BYTES  # noqa: E402
+from tidelog.controller.raft.framing import _PROOF as _PROOF  # noqa: E402
+from tidelog.controller.raft.framing import _WIRE_MAGIC as _WIRE_MAGIC  # noqa: E402
+from tidelog.controller.raft.framing import _decode_message as _decode_message  # noqa: E402
+from tidelog.controller.raft.framing import _encode_message as _encode_message  # noqa: E402
+from tidelog.controller.raft.framing import _FrameCodec as _FrameCodec  # noqa: E402
+from tidelog.controller.raft.framing import _Handshake as _Handshake  # noqa: E402
+from tidelog.controller.raft.framing import _mac as _mac  # noqa: E402
+from tidelog.controller.raft.framing import _PeerRefused as _PeerRefused  # noqa: E402
+from tidelog.controller.raft.framing import _transcript as _transcript  # noqa: E402
+from tidelog.controller.raft.journal import DurableJournal as DurableJournal  # noqa: E402
+from tidelog.controller.raft.journal import JournalError  # noqa: E402
+from tidelog.controller.raft.patches import _PYSYNCOBJ_SHA256 as _PYSYNCOBJ_SHA256  # noqa: E402
+from tidelog.controller.raft.patches import PysyncobjMismatchError  # noqa: E402
+from tidelog.controller.raft.patches import _check_pysyncobj as _check_pysyncobj  # noqa: E402
+from tidelog.controller.raft.patches import _PatchedSyncObj as _PatchedSyncObj  # noqa: E402
+from tidelog.controller.raft.patches import _RejectFloor as _RejectFloor  # noqa: E402
+from tidelog.controller.raft.quorum import RaftQuorum, StateMachine  # noqa: E402
+from tidelog.controller.raft.self_test import _run_self_test as _run_self_test  # noqa: E402
+from tidelog.controller.raft.self_test import _self_test as _self_test  # noqa: E402
+from tidelog.controller.raft.self_test import _SelfTestTransport as _SelfTestTransport  # noqa: E402
+from tidelog.controller.raft.settings import RaftSettings  # noqa: E402
+from tidelog.controller.raft.snapshot_codec import SnapshotCorruptError  # noqa: E402
+from tidelog.controller.raft.transport import (  # noqa: E402
     _PENDING_HANDSHAKES_MAX as _PENDING_HANDSHAKES_MAX,
 )
 

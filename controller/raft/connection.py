@@ -23,7 +23,7 @@ from typing import Any
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive
 
-from controller.raft.framing import (
+from tidelog.controller.raft.framing import (
     _FRAME_BYTES_MAX,
     _FRAME_LENGTH,
     _HANDSHAKE_FRAME_BYTES_MAX,
@@ -33,7 +33,7 @@ from controller.raft.framing import (
     _Handshake,
     _PeerRefused,
 )
-from controller.raft.tls_wire import _host_of, _TlsContexts, _TlsWire
+from tidelog.controller.raft.tls_wire import _host_of, _TlsContexts, _TlsWire
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 

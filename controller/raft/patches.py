@@ -34,14 +34,14 @@ import pysyncobj.version as pysyncobj_version
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from controller.raft.framing import (
+from tidelog.controller.raft.framing import (
     _NO_OP_COMMAND,
     _REGULAR_COMMAND_PREFIX,
     PRE_VOTE_RESPONSE_TYPE,
     PRE_VOTE_TYPE,
 )
-from controller.raft.journal import fsync_directory
-from controller.raft.prevote import FastElection, PreVote, grants_pre_vote
+from tidelog.controller.raft.journal import fsync_directory
+from tidelog.controller.raft.prevote import FastElection, PreVote, grants_pre_vote
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 

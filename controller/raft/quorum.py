@@ -76,22 +76,22 @@ from typing import Any, Protocol
 from pysyncobj import SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.poller import POLL_EVENT_TYPE
 
-from controller.raft.errors import FailReason, ProposeError, RaftStartError
-from controller.raft.framing import (
+from tidelog.cluster_secret import derive_key, is_loopback
+from tidelog.controller.raft.errors import FailReason, ProposeError, RaftStartError
+from tidelog.controller.raft.framing import (
     _APPEND_METHOD_ID,
     _ENVELOPE_BYTES_MAX,
     _ENVELOPE_PICKLE_PROTOCOL,
     _NO_SECRET_KEY,
     _REGULAR_COMMAND_PREFIX,
 )
-from controller.raft.journal import RECORD_OVERHEAD_BYTES, DurableJournal, JournalError
-from controller.raft.patches import _STATE_LEADER, _PatchedSyncObj
-from controller.raft.self_test import _self_test
-from controller.raft.settings import RaftSettings
-from controller.raft.snapshot_codec import _decode_snapshot, _encode_snapshot
-from controller.raft.tls_wire import _TlsContexts
-from controller.raft.transport import _make_transport_class
-from tidelog.cluster_secret import derive_key, is_loopback
+from tidelog.controller.raft.journal import RECORD_OVERHEAD_BYTES, DurableJournal, JournalError
+from tidelog.controller.raft.patches import _STATE_LEADER, _PatchedSyncObj
+from tidelog.controller.raft.self_test import _self_test
+from tidelog.controller.raft.settings import RaftSettings
+from tidelog.controller.raft.snapshot_codec import _decode_snapshot, _encode_snapshot
+from tidelog.controller.raft.tls_wire import _TlsContexts
+from tidelog.controller.raft.transport import _make_transport_class
 from tidelog.tls import TlsFiles
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter

@@ -15,8 +15,8 @@ from pysyncobj import SyncObjConf
 from pysyncobj.node import Node
 from pysyncobj.transport import Transport
 
-from controller.raft.journal import InMemoryJournal
-from controller.raft.patches import (
+from tidelog.controller.raft.journal import InMemoryJournal
+from tidelog.controller.raft.patches import (
     _STATE_FOLLOWER,
     _STATE_LEADER,
     PysyncobjMismatchError,

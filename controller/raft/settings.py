@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from controller.raft.framing import _ENVELOPE_BYTES_MAX, _FRAME_BYTES_MAX
-from controller.raft.journal import RECORD_OVERHEAD_BYTES
+from tidelog.controller.raft.framing import _ENVELOPE_BYTES_MAX, _FRAME_BYTES_MAX
+from tidelog.controller.raft.journal import RECORD_OVERHEAD_BYTES
 
 
 @dataclasses.dataclass(frozen=True)

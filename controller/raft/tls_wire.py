@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from controller.raft.framing import _PeerRefused
+from tidelog.controller.raft.framing import _PeerRefused
 from tidelog.errors import InvalidConfigError
 from tidelog.tls import RELOAD_CHECK_S, TlsFiles
 

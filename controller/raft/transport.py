@@ -38,11 +38,11 @@ from typing import Any
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from controller.raft.connection import _RaftConnection
-from controller.raft.framing import _KEEPALIVE_TYPE, _Handshake
-from controller.raft.patches import _RejectFloor
-from controller.raft.settings import RaftSettings
-from controller.raft.tls_wire import _TlsContexts
+from tidelog.controller.raft.connection import _RaftConnection
+from tidelog.controller.raft.framing import _KEEPALIVE_TYPE, _Handshake
+from tidelog.controller.raft.patches import _RejectFloor
+from tidelog.controller.raft.settings import RaftSettings
+from tidelog.controller.raft.tls_wire import _TlsContexts
 
 logger = logging.getLogger("controller.raft")  # one logger for the whole adapter
 

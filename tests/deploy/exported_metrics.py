@@ -30,9 +30,9 @@ from prometheus_client.core import Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
-from broker.group.metrics import GroupMetricsSnapshot, GroupRow, PartitionRow, families
-from broker.metrics import BrokerMetrics, PartitionGauges
-from controller.metrics import ControllerMetrics
+from tidelog.broker.group.metrics import GroupMetricsSnapshot, GroupRow, PartitionRow, families
+from tidelog.broker.metrics import BrokerMetrics, PartitionGauges
+from tidelog.controller.metrics import ControllerMetrics
 from tidelog.node_metrics import register_node_metrics
 
 __all__ = ["exported_metric_families", "exported_metric_labels", "exported_metric_names"]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.multihost.hosts import HOSTS
-from chaos.multihost.run import DOWN_HOST
-from chaos.netns.shell import unavailable
+from tidelog.chaos.multihost.hosts import HOSTS
+from tidelog.chaos.multihost.run import DOWN_HOST
+from tidelog.chaos.netns.shell import unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def test_a_rendered_cluster_on_six_hosts_loses_nothing_and_alerts(tmp_path: Path
     reason = unavailable()
     if reason is not None:
         pytest.skip(f"network namespaces: {reason}")
-    done = subprocess.run([sys.executable, "-m", "chaos.multihost", "--workdir",
+    done = subprocess.run([sys.executable, "-m", "tidelog.chaos.multihost", "--workdir",
                            str(tmp_path)], capture_output=True, text=True, timeout=450,
                           check=False)
     print(done.stdout[-6000:], done.stderr[-3000:])

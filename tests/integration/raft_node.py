@@ -33,7 +33,7 @@ from typing import Any
 # Runnable as a script as well as with -m: put the repository root on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.raft import ProposeError, RaftQuorum, RaftSettings
+from tidelog.controller.raft import ProposeError, RaftQuorum, RaftSettings
 
 _LENGTH = struct.Struct("<I")
 #: How long one /propose waits for its outcome (the adapter's own timeout fires first).

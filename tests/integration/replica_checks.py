@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 import grpc
 from cluster_harness import LEADER_TIMEOUT_S, READY_TIMEOUT_S, ClusterHarness
 
-from broker.storage import Storage
 from tidelog import limits
+from tidelog.broker.storage import Storage
 from tidelog.client import Consumer, ConsumerRecord, TopicPartition
 from tidelog.errors import KafkaStorageErrorError
 from tidelog.local_cluster import HOST

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 from cluster_harness import ClusterHarness
 
-from broker.controller_client import ControllerClient
-from broker.lifecycle import BrokerLifecycleManager, BrokerState
-from broker.metadata_listener import MetadataListener, MetadataUpdate
+from tidelog.broker.controller_client import ControllerClient
+from tidelog.broker.lifecycle import BrokerLifecycleManager, BrokerState
+from tidelog.broker.metadata_listener import MetadataListener, MetadataUpdate
 from tidelog.cluster_secret import CONTROLLERS, broker_credential, read_secret_file
 from tidelog.errors import InconsistentClusterIdError
 from tidelog.metadata.delta import LocalPartition

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos import scenarios
-from chaos.checkers import Promise, check_history
-from chaos.history import read_history
-from chaos.runner import RunOptions, run_scenario
+from tidelog.chaos import scenarios
+from tidelog.chaos.checkers import Promise, check_history
+from tidelog.chaos.history import read_history
+from tidelog.chaos.runner import RunOptions, run_scenario
 from tidelog.cli import main
 
 pytestmark = pytest.mark.integration

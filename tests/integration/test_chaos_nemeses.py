@@ -39,8 +39,8 @@ import pytest
 from cluster_harness import ClusterHarness
 from replica_checks import Client, all_running, records, wait_for
 
-from chaos import proxies
-from chaos.nemesis import (
+from tidelog.chaos import proxies
+from tidelog.chaos.nemesis import (
     BrokerFromControllers,
     GracefulRestart,
     IsolateActiveController,
@@ -52,7 +52,7 @@ from chaos.nemesis import (
     ProxiedNetwork,
     routed_overrides,
 )
-from chaos.nemesis.topology import active_controller
+from tidelog.chaos.nemesis.topology import active_controller
 from tidelog.v1 import broker_pb2 as pb
 
 pytestmark = pytest.mark.integration

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.nemesis import Isolate
-from chaos.netns import NetnsNetwork, NetnsPartition, NetnsPlan, cleanup, namespaces, shell
+from tidelog.chaos.nemesis import Isolate
+from tidelog.chaos.netns import NetnsNetwork, NetnsPartition, NetnsPlan, cleanup, namespaces, shell
 from tidelog.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos import scenarios
-from chaos.history import Fault, Poll, Send, read_history
-from chaos.runner import RunOptions, run_scenario
+from tidelog.chaos import scenarios
+from tidelog.chaos.history import Fault, Poll, Send, read_history
+from tidelog.chaos.runner import RunOptions, run_scenario
 from tidelog.cli import main
 
 pytestmark = pytest.mark.integration

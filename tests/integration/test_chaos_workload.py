@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 from cluster_harness import ClusterHarness
 
-from chaos.checkers import HistoryCheck, Promise, ReplicaDumps, check_history
-from chaos.history import HistoryWriter, Poll, Send, read_history
-from chaos.workload import (
+from tidelog.chaos.checkers import HistoryCheck, Promise, ReplicaDumps, check_history
+from tidelog.chaos.history import HistoryWriter, Poll, Send, read_history
+from tidelog.chaos.workload import (
     ClientSettings,
     DrainResult,
     InSyncPartitions,

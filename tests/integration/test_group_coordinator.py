@@ -27,7 +27,7 @@ import pytest
 from cluster_harness import ClusterHarness
 from replica_checks import Client, broker_name, wait_for
 
-from broker.group.partitioner import partition_for
+from tidelog.broker.group.partitioner import partition_for
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2 as cpb

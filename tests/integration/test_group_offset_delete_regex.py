@@ -42,8 +42,8 @@ from test_group_coordinator import (
     join_until_assigned,
 )
 
-from broker.group.partitioner import partition_for
 from tidelog import limits
+from tidelog.broker.group.partitioner import partition_for
 from tidelog.client import Admin, TopicPartition
 from tidelog.errors import GroupIdNotFoundError, GroupSubscribedToTopicError
 from tidelog.metadata.topic_names import OFFSETS_TOPIC

@@ -69,8 +69,8 @@ from replica_checks import (
 )
 from toxiproxy import Proxy
 
-from chaos import proxies
-from chaos.router import LinkRouter as ConnectRouter
+from tidelog.chaos import proxies
+from tidelog.chaos.router import LinkRouter as ConnectRouter
 from tidelog.client import ConsumerRecord, Producer, TopicPartition
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode

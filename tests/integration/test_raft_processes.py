@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from controller.raft import RaftSettings
+from tidelog.controller.raft import RaftSettings
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,6 @@ import grpc
 import pytest
 from cluster_harness import ClusterHarness
 
-from controller import raft
 from tidelog.certs import Issued, issue, make_ca
 from tidelog.cluster_secret import CONTROLLERS as TO_CONTROLLERS
 from tidelog.cluster_secret import (
@@ -40,6 +39,7 @@ from tidelog.cluster_secret import (
     derive_key,
     read_secret_file,
 )
+from tidelog.controller import raft
 from tidelog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from tidelog.v1.common_pb2 import ErrorCode
 

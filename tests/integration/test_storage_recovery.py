@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import Storage
+from tidelog.broker.storage import Storage
 from tidelog.data_dir import format_data_dir
 from tidelog.record_batch import validate_batch
 
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import hashlib, sys
-from broker.storage import LogConfig, Storage
+from tidelog.broker.storage import LogConfig, Storage
 from tidelog.record_batch import NewRecord, build_batch, validate_batch
 
 data_dir, mode, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])

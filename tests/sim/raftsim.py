@@ -178,7 +178,7 @@ KNOWN_BUGS: dict[str, dict[str, Any]] = {
 def adapter_patches() -> Any:
     """controller/raft/, where Tidelog's pysyncobj patches live. Imported on first use: the
     import checks that the installed pysyncobj is the one they were verified against."""
-    from controller import raft
+    from tidelog.controller import raft
 
     return raft
 

@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from chaos.history import (
+from tidelog.chaos.history import (
     Acks,
     Fault,
     History,

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from controller.control import ControllerLogic, ControllerResult, ReplayOutcome
-from controller.managers.common import ControllerConfig
 from tidelog import config as node_config
+from tidelog.controller.control import ControllerLogic, ControllerResult, ReplayOutcome
+from tidelog.controller.managers.common import ControllerConfig
 from tidelog.local_cluster import free_ports
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
@@ -357,8 +357,8 @@ def one_voter_runtime(data_dir: Any, *, registry: Any = None, **controller: Any)
     """A ControllerRuntime (not started) on :func:`one_voter_config`, cluster id "c"."""
     from prometheus_client import CollectorRegistry
 
-    from controller.metrics import ControllerMetrics
-    from controller.runtime import ControllerRuntime
+    from tidelog.controller.metrics import ControllerMetrics
+    from tidelog.controller.runtime import ControllerRuntime
     return ControllerRuntime(one_voter_config(data_dir, **controller), cluster_id="c",
                              metrics=ControllerMetrics(registry or CollectorRegistry()))
 

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
-from broker.group.coordinator import GroupCoordinatorShard
-from broker.group.group import GroupState, owned_partitions
-from broker.group.records import GroupRecord, decode
+from tidelog.broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
+from tidelog.broker.group.coordinator import GroupCoordinatorShard
+from tidelog.broker.group.group import GroupState, owned_partitions
+from tidelog.broker.group.records import GroupRecord, decode
 
 
 class RoundRobinAssignor:

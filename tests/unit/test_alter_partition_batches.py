@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.alter_partition import ALTER_PARTITION_ITEMS_MAX, AlterPartitionManager
-from broker.replication.effects import ProposeIsr
+from tidelog.broker.alter_partition import ALTER_PARTITION_ITEMS_MAX, AlterPartitionManager
+from tidelog.broker.replication.effects import ProposeIsr
 from tidelog.v1 import controller_pb2 as cpb
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.authz.audit import LineBudget, shown
+from tidelog.broker.authz.audit import LineBudget, shown
 
 
 def test_lines_past_the_budget_are_counted_and_reported_by_the_next_window() -> None:

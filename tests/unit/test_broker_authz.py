@@ -7,10 +7,10 @@ import asyncio
 import dataclasses
 from types import MappingProxyType
 
-from broker.authz.gate import Gate
-from broker.authz.principal import Who, peer_host
-from broker.authz.rpcs import Checks, Refusal
 from tidelog.acl import AclBinding
+from tidelog.broker.authz.gate import Gate
+from tidelog.broker.authz.principal import Who, peer_host
+from tidelog.broker.authz.rpcs import Checks, Refusal
 from tidelog.config import AuthorizationConfig
 from tidelog.metadata.image import AclsImage, MetadataImage, TopicImage, TopicsImage
 from tidelog.v1 import broker_pb2 as pb

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker import heap_freezer
-from broker.heap_freezer import HeapFreezer
-from broker.metadata_listener import MetadataUpdate
+from tidelog.broker import heap_freezer
+from tidelog.broker.heap_freezer import HeapFreezer
+from tidelog.broker.metadata_listener import MetadataUpdate
 from tidelog.metadata.delta import LocalPartition, LocalReplicaChanges
 from tidelog.metadata.image import MetadataImage, PartitionRegistration
 

@@ -19,7 +19,7 @@ from controller_testkit import (
     topic_id_of,
 )
 
-from broker.handlers.metadata import TopicMetadataCache, metadata_response
+from tidelog.broker.handlers.metadata import TopicMetadataCache, metadata_response
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import metadata_pb2
 

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.metadata_listener import (
+from tidelog.broker.metadata_listener import (
     MetadataGapError,
     MetadataListener,
     MetadataLoader,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, batch, scenario
 
-from broker.handlers import handle_describe_logs, handle_list_offsets
-from broker.metrics import ERROR, OK, outcome_of
+from tidelog.broker.handlers import handle_describe_logs, handle_list_offsets
+from tidelog.broker.metrics import ERROR, OK, outcome_of
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.storage import PartitionLog, Storage
+from tidelog.broker.storage import PartitionLog, Storage
 from tidelog.data_dir import format_data_dir
 from tidelog.record_batch import NewRecord, build_batch, validate_batch
 

@@ -40,12 +40,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_replica_manager import Cluster, batch, scenario, until
 
-import broker.metrics as broker_metrics
-import broker.replica_manager as replica_manager
-from broker.metrics import PARTITION_GAUGE_NAMES
-from broker.partition import Partition
-from broker.partition_writer import TopicIdPartition
-from broker.replica_manager import ReplicaManager
+import tidelog.broker.metrics as broker_metrics
+import tidelog.broker.replica_manager as replica_manager
+from tidelog.broker.metrics import PARTITION_GAUGE_NAMES
+from tidelog.broker.partition import Partition
+from tidelog.broker.partition_writer import TopicIdPartition
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.metadata.image import TopicsImage
 from tidelog.metadata.records import metadata_record
 from tidelog.observability import DirectExposition, exposition

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from broker.stream_limits import StreamLimits, serve_bounded
+from tidelog.broker.stream_limits import StreamLimits, serve_bounded
 from tidelog.v1 import broker_pb2 as pb
 
 REQUESTS = 1_000

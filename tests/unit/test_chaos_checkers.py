@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 from chaos_testkit import Builder, Simulation, simulate
 
-from chaos.checkers import (
+from tidelog.chaos.checkers import (
     ANOMALY_EXAMPLES_MAX,
     EVIDENCE_OPS_MAX,
     KINDS,
@@ -24,7 +24,7 @@ from chaos.checkers import (
     Promise,
     check_history,
 )
-from chaos.history import Poll, PolledRecord, Send
+from tidelog.chaos.history import Poll, PolledRecord, Send
 
 DURABLE = Promise(replication_factor=3, min_insync_replicas=2)
 UNCLEAN = Promise(replication_factor=3, min_insync_replicas=2, unclean_leader_election=True)

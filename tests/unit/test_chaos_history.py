@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from chaos_testkit import Builder
 
-from chaos.history import (
+from tidelog.chaos.history import (
     LINE_BYTES_MAX,
     Fault,
     HistoryError,

@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from chaos.nemesis.fault import FaultBase, FaultStateError
-from chaos.nemesis.plan import (
+from tidelog.chaos.nemesis.fault import FaultBase, FaultStateError
+from tidelog.chaos.nemesis.plan import (
     Bridge,
     BrokerFromControllers,
     Isolate,
@@ -27,7 +27,7 @@ from chaos.nemesis.plan import (
     majority_minority,
     plan_partition,
 )
-from chaos.router import parse_raft_hello
+from tidelog.chaos.router import parse_raft_hello
 
 C = ["c1", "c2", "c3"]
 B = ["b1", "b2", "b3"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.netns.plan import (
+from tidelog.chaos.netns.plan import (
     PREFIX,
     NetnsPlan,
     cut_commands,

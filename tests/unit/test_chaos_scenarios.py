@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from chaos import scenarios
-from chaos.checkers import Promise, check_history
-from chaos.history import Entry, Fault, History, Op, Send
-from chaos.report import fault_windows, recovery, summary_lines, timeline
-from chaos.report_png import draw_timeline
-from chaos.scenarios import (
+from tidelog.chaos import scenarios
+from tidelog.chaos.checkers import Promise, check_history
+from tidelog.chaos.history import Entry, Fault, History, Op, Send
+from tidelog.chaos.report import fault_windows, recovery, summary_lines, timeline
+from tidelog.chaos.report_png import draw_timeline
+from tidelog.chaos.scenarios import (
     COOLDOWN_S,
     SCENARIOS,
     WARMUP_S,

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from chaos.history import HistoryError, HistoryWriter, Poll, Send, read_history
-from chaos.workload import ClientSettings, ProducerSpec, QueueWorkloadConfig, RunContext
-from chaos.workload.outcomes import ERROR_CHARS_MAX, delivery_error_type, describe_error
-from chaos.workload.pacing import Pacer
-from chaos.workload.sessions import GroupSessions
-from chaos.workload.values import (
+from tidelog.chaos.history import HistoryError, HistoryWriter, Poll, Send, read_history
+from tidelog.chaos.workload import ClientSettings, ProducerSpec, QueueWorkloadConfig, RunContext
+from tidelog.chaos.workload.outcomes import ERROR_CHARS_MAX, delivery_error_type, describe_error
+from tidelog.chaos.workload.pacing import Pacer
+from tidelog.chaos.workload.sessions import GroupSessions
+from tidelog.chaos.workload.values import (
     FOREIGN_VALUE_BASE,
     VALUES_PER_PRODUCER,
     ValueSequence,

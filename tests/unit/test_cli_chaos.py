@@ -1,6 +1,6 @@
 """``tidelog chaos check HISTORY``: exit 0 when the promise held, 1 when an anomaly it forbids
 was found, 2 for a usage error or a history that cannot be read; always one error line, never
-a traceback.
+a traceback. Without the chaos extra, every chaos command says in one line what to install.
 
 How: histories are written with chaos_testkit.Builder into tmp_path, and the command runs
 through ``tidelog.cli.main``, the console script's own entry point (its error handler included),
@@ -10,12 +10,14 @@ with stdout and stderr captured.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from chaos_testkit import Builder
 
 from tidelog.cli import main
+from tidelog.cli.chaos import CHAOS_EXTRA
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -113,3 +115,22 @@ def test_a_directory_is_not_a_history(tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, str(tmp_path))
     assert code == 2 and "is a directory" in err
+
+
+@pytest.mark.parametrize("blocked", [("toxiproxy",), ("matplotlib", "aiohttp")])
+def test_without_the_chaos_extra_one_line_says_what_to_install(
+    blocked: tuple[str, ...], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A client install has no chaos extra: every ``tidelog chaos`` command says so in one
+    line, naming what is missing (the modules are blocked here as if not installed)."""
+    for module in blocked:
+        monkeypatch.setitem(sys.modules, module, None)
+    for command in (["chaos", "list"], ["chaos", "check", "history.jsonl"]):
+        with pytest.raises(SystemExit) as exited:
+            main(command)
+        out, err = capsys.readouterr()
+        assert exited.value.code == 2 and out == ""
+        missing = ", ".join(CHAOS_EXTRA[m] for m in CHAOS_EXTRA if m in blocked)
+        assert err == (f"error: tidelog chaos needs the chaos extra ({missing} not installed): "
+                       f"pip install 'tidelog[chaos]'\n")

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tidelog.client._sender import FutureRecordMetadata
+from tidelog.client.futures import FutureRecordMetadata
 from tidelog.client.records import RecordMetadata, TopicPartition
 from tidelog.errors import RequestTimedOutError
 

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from tidelog.client._io import parse_bootstrap
 from tidelog.client._metadata import Backoff, ClusterSnapshot
+from tidelog.client.bootstrap import parse_bootstrap
 from tidelog.client.records import TopicPartition
 from tidelog.errors import ErrorCode
 from tidelog.v1 import broker_pb2, common_pb2

@@ -16,9 +16,8 @@ import grpc
 import pytest
 from fake_scram_broker import FakeScramBroker, Pki, credential
 
-from tidelog import scram
+from tidelog import scram, scram_auth
 from tidelog.client import Admin, Consumer, Producer, TopicPartition
-from tidelog.client import _scram_auth as scram_auth
 from tidelog.client._io import error_from_rpc
 from tidelog.errors import (
     InvalidConfigError,

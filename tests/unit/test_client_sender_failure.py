@@ -24,7 +24,7 @@ import pytest
 from fake_broker import FakeCluster, run_in_thread
 
 from tidelog.client import Producer, ProducerSenderError
-from tidelog.client._sender import FutureRecordMetadata
+from tidelog.client.futures import FutureRecordMetadata
 from tidelog.errors import ErrorCode, TidelogError, UnknownServerError
 
 WAIT_S = 15  # upper bound on any wait; tests finish far sooner

@@ -51,8 +51,8 @@ class _EchoPlane:
 
 class _Runtime:
     def __init__(self, plane: _EchoPlane) -> None:
-        from broker.authz.authn import Authenticator
-        from broker.authz.gate import Gate
+        from tidelog.broker.authz.authn import Authenticator
+        from tidelog.broker.authz.gate import Gate
         from tidelog.config import AuthorizationConfig, SaslConfig
         from tidelog.metadata.image import MetadataImage
 
@@ -63,7 +63,7 @@ class _Runtime:
 
 
 async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
-    from broker.service import BrokerService, add_to_server
+    from tidelog.broker.service import BrokerService, add_to_server
 
     server = grpc.aio.server()
     if stream:

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 from test_replica_manager import Cluster, batch, scenario
 
-from broker.handlers.consumer_session import ConsumerFetchSession
-from broker.handlers.fetch import handle_fetch, handle_session_fetch
-from broker.replica_manager import ReplicaManager
+from tidelog.broker.handlers.consumer_session import ConsumerFetchSession
+from tidelog.broker.handlers.fetch import handle_fetch, handle_session_fetch
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2
 from tidelog.v1.common_pb2 import ErrorCode

@@ -16,11 +16,11 @@ from pathlib import Path
 from controller_testkit import one_voter_config
 from prometheus_client import CollectorRegistry
 
-from controller.metrics import ControllerMetrics
-from controller.runtime import ControllerRuntime
-from controller.service import ControllerService
 from tidelog.acl import AclBinding, AclFilter, binding_from_proto, binding_to_proto, filter_to_proto
 from tidelog.config import NodeConfig
+from tidelog.controller.metrics import ControllerMetrics
+from tidelog.controller.runtime import ControllerRuntime
+from tidelog.controller.service import ControllerService
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 

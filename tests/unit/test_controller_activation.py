@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from controller_testkit import RuntimeDriver, one_voter_runtime, register_request
 
-from controller.runtime import ControllerRuntime
+from tidelog.controller.runtime import ControllerRuntime
 
 WAIT_S = 20.0
 

@@ -29,7 +29,7 @@ from controller_testkit import (
 )
 from prometheus_client import CollectorRegistry
 
-from controller.managers.partition_change import LeaderElections
+from tidelog.controller.managers.partition_change import LeaderElections
 from tidelog.metadata.image import NO_LEADER
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from controller_testkit import RuntimeDriver, create_topic, one_voter_runtime, register_request
 
-from controller.control import ControllerResult
-from controller.managers import cluster_control
-from controller.runtime import FENCE_PARTS_IN_FLIGHT, ControllerRuntime
+from tidelog.controller.control import ControllerResult
+from tidelog.controller.managers import cluster_control
+from tidelog.controller.runtime import FENCE_PARTS_IN_FLIGHT, ControllerRuntime
 from tidelog.local_cluster import free_ports
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import controller_pb2 as cpb

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from controller_testkit import TestCluster, create_topic
 
-from controller.control import metadata_batch_bytes
-from controller.raft import RaftSettings
 from tidelog import limits
+from tidelog.controller.control import metadata_batch_bytes
+from tidelog.controller.raft import RaftSettings
 from tidelog.metadata.records import encode_batch, metadata_record
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 

@@ -38,10 +38,10 @@ from controller_testkit import (
 from golden import check_golden
 from google.protobuf.message import Message
 
-from controller.control import ControllerResult, ReplayOutcome
-from controller.managers.cluster_control import ProbeTarget
 from tidelog import scram
 from tidelog.acl import AclBinding, AclFilter, binding_to_proto, filter_to_proto
+from tidelog.controller.control import ControllerResult, ReplayOutcome
+from tidelog.controller.managers.cluster_control import ProbeTarget
 from tidelog.metadata.records import describe_message, image_from_snapshot
 from tidelog.v1 import common_pb2, controller_pb2
 

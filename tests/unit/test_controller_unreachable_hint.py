@@ -23,8 +23,8 @@ from typing import Any
 
 from controller_testkit import RuntimeDriver, create_topic, one_voter_runtime, register_request
 
-from controller.runtime import ControllerRuntime
-from controller.service import ControllerService
+from tidelog.controller.runtime import ControllerRuntime
+from tidelog.controller.service import ControllerService
 from tidelog.local_cluster import HOST, free_ports
 from tidelog.v1 import controller_pb2 as cpb
 

@@ -12,9 +12,9 @@ import socket
 
 import pytest
 
-from controller.managers.broker_heartbeats import PROBE_INTERVAL_MS, BrokerHeartbeatTracker
-from controller.runtime import _all_refused
 from tidelog.config import parse_config
+from tidelog.controller.managers.broker_heartbeats import PROBE_INTERVAL_MS, BrokerHeartbeatTracker
+from tidelog.controller.runtime import _all_refused
 from tidelog.errors import InvalidConfigError
 
 

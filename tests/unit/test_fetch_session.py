@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from test_partition_state import LAG, NOW, FakeLog, leader
 
-from broker.replication.fetch_session import (
+from tidelog.broker.replication.fetch_session import (
     FULL_SESSION_EPOCH,
     SESSION_EPOCH_MAX,
     FollowerSession,
@@ -25,7 +25,7 @@ from broker.replication.fetch_session import (
     Round,
     next_session_epoch,
 )
-from broker.replication.replica_state import ReplicaState
+from tidelog.broker.replication.replica_state import ReplicaState
 from tidelog.errors import InvalidFetchSessionEpochError, InvalidRequestError
 
 REPLICA, BROKER_EPOCH = 2, 7

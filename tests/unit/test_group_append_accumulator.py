@@ -8,12 +8,12 @@ batches with consecutive sequence numbers; drain and clear close the open batch 
 
 from __future__ import annotations
 
-from broker.group.append_accumulator import (
+from tidelog.broker.group.append_accumulator import (
     RECORD_OVERHEAD_BYTES_MAX,
     AppendAccumulator,
     sized,
 )
-from broker.group.records import offset_commit_tombstone
+from tidelog.broker.group.records import offset_commit_tombstone
 from tidelog.record_batch import NewRecord
 
 

@@ -27,9 +27,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.group.assignment import Assignment, Assignor, MemberSubscription, TopicMetadata
-from broker.group.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, RangeAssignor, UniformAssignor
-from broker.group.assignors.common import check_assignment, group_spec
+from tidelog.broker.group.assignment import Assignment, Assignor, MemberSubscription, TopicMetadata
+from tidelog.broker.group.assignors import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNOR,
+    RangeAssignor,
+    UniformAssignor,
+)
+from tidelog.broker.group.assignors.common import check_assignment, group_spec
 from tidelog.invariants import InvariantViolation
 
 UNIFORM = UniformAssignor()
@@ -451,8 +456,8 @@ def test_the_postcondition_catches_a_broken_assignment() -> None:
 
 _SUBPROCESS = """
 import json, sys
-from broker.group.assignment import MemberSubscription, TopicMetadata
-from broker.group.assignors import ASSIGNORS
+from tidelog.broker.group.assignment import MemberSubscription, TopicMetadata
+from tidelog.broker.group.assignors import ASSIGNORS
 ids = [bytes([i]) * 16 for i in range(1, 9)]
 topic_map = {t: TopicMetadata(t, str(i), 5 + i) for i, t in enumerate(ids)}
 members = {f"m{i}": MemberSubscription(f"m{i}", frozenset(ids[i % 3:i % 3 + 4 + i % 4]))

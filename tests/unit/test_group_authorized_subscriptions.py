@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping
 
 from group_testkit import topic_metadata
 
-from broker.group.assignment import TopicMetadata
-from broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
-from broker.group.heartbeat_checks import ClientIdentity
-from broker.group.topic_regex import RegexTopics
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
+from tidelog.broker.group.heartbeat_checks import ClientIdentity
+from tidelog.broker.group.topic_regex import RegexTopics
 from tidelog.v1 import broker_pb2 as pb
 
 ALICE, MALLORY = ClientIdentity("c1", "10.0.0.1", "User:alice"), \

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import random
 
-from broker.group.assignment import TopicMetadata
-from broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
-from broker.group.deadlines import HEAP_SLACK_MIN, MemberDeadlines
-from broker.group.runtime import TIMER_MIN_INTERVAL_MS, next_wake_ms
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
+from tidelog.broker.group.deadlines import HEAP_SLACK_MIN, MemberDeadlines
+from tidelog.broker.group.runtime import TIMER_MIN_INTERVAL_MS, next_wake_ms
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import groups_pb2 as gpb
 

@@ -8,7 +8,7 @@ has a sample), and for an empty, failed one.
 
 from __future__ import annotations
 
-from broker.group.metrics import (
+from tidelog.broker.group.metrics import (
     METRIC_NAMES,
     GroupMetricsSnapshot,
     GroupRow,

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_group_runtime import GROUP, TOPIC, Runtime
 from test_replica_manager import Cluster, scenario
 
-from broker.group import metrics
-from broker.group.metrics import GroupMetricsCollector
+from tidelog.broker.group import metrics
+from tidelog.broker.group.metrics import GroupMetricsCollector
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.group.partitioner import java_string_hash, kafka_abs, partition_for
+from tidelog.broker.group.partitioner import java_string_hash, kafka_abs, partition_for
 from tidelog.invariants import InvariantViolation
 
 #: (group id, Java's hashCode, partition of 50, partition of 3), from Java.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.group import records as r
+from tidelog.broker.group import records as r
 from tidelog.errors import CorruptMessageError
 from tidelog.v1 import groups_pb2 as gpb
 

@@ -33,12 +33,12 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, scenario, until
 
-from broker.group.coordinator import GroupCoordinatorConfig
-from broker.group.runtime import GroupCoordinatorRuntime
-from broker.handlers.groups import GroupHandlers
-from broker.metadata_listener import MetadataUpdate
-from broker.partition import Partition
-from broker.partition_writer import TopicIdPartition
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig
+from tidelog.broker.group.runtime import GroupCoordinatorRuntime
+from tidelog.broker.handlers.groups import GroupHandlers
+from tidelog.broker.metadata_listener import MetadataUpdate
+from tidelog.broker.partition import Partition
+from tidelog.broker.partition_writer import TopicIdPartition
 from tidelog.config import parse_config
 from tidelog.errors import InvalidConfigError
 from tidelog.metadata.delta import LocalReplicaChanges

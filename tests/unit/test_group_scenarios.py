@@ -27,10 +27,10 @@ import pytest
 from golden import check_golden
 from group_testkit import Renderer, check_invariants, scenario_assignors, topic_metadata
 
-from broker.group.assignment import TopicMetadata
-from broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
-from broker.group.heartbeat_checks import ClientIdentity
-from broker.group.records import GroupRecord
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
+from tidelog.broker.group.heartbeat_checks import ClientIdentity
+from tidelog.broker.group.records import GroupRecord
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import groups_pb2 as gpb
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 from group_testkit import check_invariants, scenario_assignors, topic_metadata
 
-from broker.group.assignment import TopicMetadata
-from broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
-from broker.group.records import GroupRecord
+from tidelog.broker.group.assignment import TopicMetadata
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
+from tidelog.broker.group.records import GroupRecord
 from tidelog.v1 import broker_pb2 as pb
 
 SEEDS = ([int(os.environ["TIDELOG_GROUP_SIM_SEED"])] if "TIDELOG_GROUP_SIM_SEED" in os.environ

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from group_testkit import topic_metadata
 
-from broker.group.topic_regex import (
+from tidelog.broker.group.topic_regex import (
     REGEX_LENGTH_MAX,
     RegexTopics,
     compile_regex,

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import random
 
-from broker.group.append_accumulator import AppendAccumulator, sized
-from broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
-from broker.group.heartbeat_checks import SUBSCRIBED_TOPIC_NAMES_BYTES_MAX
-from broker.group.records import GroupRecord, decode, offset_commit_tombstone
-from broker.group.runtime import WRITE_BATCH_BYTES
 from tidelog import limits
+from tidelog.broker.group.append_accumulator import AppendAccumulator, sized
+from tidelog.broker.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
+from tidelog.broker.group.heartbeat_checks import SUBSCRIBED_TOPIC_NAMES_BYTES_MAX
+from tidelog.broker.group.records import GroupRecord, decode, offset_commit_tombstone
+from tidelog.broker.group.runtime import WRITE_BATCH_BYTES
 from tidelog.record_batch import build_batch, decode_records, parse_batch
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode

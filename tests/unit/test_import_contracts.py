@@ -11,6 +11,12 @@
   CLI's server command may import them lazily, inside a function.
 * Nothing in production code imports chaos/ (fault injection is for tests and users' runs),
   except the CLI's ``tidelog chaos`` commands (tidelog/cli/chaos.py), lazily, inside a function.
+* A package's ``_``-prefixed modules are its own: no other package imports them (the CLI, Spark
+  and the node use what tidelog.client exports); chaos/ (a user of the cluster, like any
+  client) imports nothing of broker/ or controller/.
+* broker/, controller/ and chaos/ are imported as tidelog.broker, tidelog.controller and
+  tidelog.chaos (setup.py maps the folders), never by their folder's name: nothing outside the
+  wheel's one top-level name.
 
 How: every production module is parsed with ``ast`` (nothing is imported or run); each import is
 classified as module level or inside a function. A violation names the file, the line and the
@@ -47,8 +53,47 @@ LAZY_CHAOS_IMPORTS = ("tidelog/cli/chaos.py",)
 class Import:
     path: str         # relative to the repository root
     line: int
-    module: str       # the top-level package imported
+    module: str       # the package imported: a library's top-level name, or one of PRODUCTION
     in_function: bool
+    #: The module as written (``tidelog.broker.storage``), for the rules on names.
+    name: str = ""
+
+
+#: Where each of PRODUCTION is imported from: tidelog.broker is the broker/ folder (setup.py).
+MAPPED = {"tidelog.broker": "broker", "tidelog.controller": "controller",
+          "tidelog.chaos": "chaos"}
+
+
+def package_of(module: str) -> str:
+    """The layer a module name belongs to: "broker" for tidelog.broker.*, "tidelog" for the
+    rest of tidelog, a library's top-level name otherwise."""
+    for prefix, folder in MAPPED.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return folder
+    top = module.split(".")[0]
+    return f"{top} (unmapped)" if top in MAPPED.values() else top
+
+
+def make_import(path: str, line: int, module: str, in_function: bool) -> Import:
+    return Import(path, line, package_of(module), in_function, module)
+
+
+def importer_package(path: str) -> str:
+    """The installed package a file is in: broker/group/x.py -> tidelog.broker.group."""
+    parts = path.split("/")[:-1]
+    if parts and parts[0] in MAPPED.values():
+        parts = ["tidelog", *parts]
+    return ".".join(parts)
+
+
+def private_owner(module: str) -> str | None:
+    """The package whose private module ``module`` is (tidelog.client._io -> tidelog.client),
+    or None when no part of its name is private."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
 
 
 def imports_of(path: Path) -> list[Import]:
@@ -60,10 +105,10 @@ def imports_of(path: Path) -> list[Import]:
         for child in ast.iter_child_nodes(node):
             nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
             if isinstance(child, ast.Import):
-                found.extend(Import(rel, child.lineno, alias.name.split(".")[0], in_function)
+                found.extend(make_import(rel, child.lineno, alias.name, in_function)
                              for alias in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                found.append(Import(rel, child.lineno, child.module.split(".")[0], in_function))
+                found.append(make_import(rel, child.lineno, child.module, in_function))
             visit(child, nested)
 
     visit(tree, False)
@@ -84,6 +129,10 @@ def violations(imports: list[Import]) -> list[str]:
     problems: list[str] = []
     for imp in imports:
         where = f"{imp.path}:{imp.line}"
+        if imp.module.endswith(" (unmapped)"):
+            folder = imp.module.split()[0]
+            problems.append(f"{where} imports {imp.name}: import it as tidelog.{imp.name} "
+                            f"({folder}/ installs as tidelog.{folder})")
         allowed = ONE_MODULE_PER_LIBRARY.get(imp.module)
         if allowed is not None and not imp.path.startswith(allowed):
             problems.append(f"{where} imports {imp.module}: only {', '.join(allowed)} may")
@@ -97,6 +146,15 @@ def violations(imports: list[Import]) -> list[str]:
             if not lazy_ok:
                 problems.append(f"{where}: tidelog/ imports {imp.module}/ (clients import "
                                 f"tidelog; only the node runner may, inside a function)")
+        owner = private_owner(imp.name)
+        here = importer_package(imp.path)
+        if owner and owner.startswith("tidelog") and here != owner \
+                and not here.startswith(owner + "."):
+            problems.append(f"{where} imports {imp.name}, a private module of {owner}: "
+                            f"import what {owner} exports")
+        if top == "chaos" and imp.module in ("broker", "controller"):
+            problems.append(f"{where}: chaos/ imports {imp.module}/ (it is a user of the "
+                            f"cluster: clients, the CLI and files only)")
         if imp.module == "chaos" and top != "chaos" and not (
                 imp.path.startswith(LAZY_CHAOS_IMPORTS) and imp.in_function):
             problems.append(f"{where}: production code imports chaos/")
@@ -113,16 +171,31 @@ def test_the_production_code_keeps_the_import_contracts() -> None:
 @pytest.mark.parametrize(("path", "source", "rule"), [
     ("broker/new_thing.py", "import rocksdict\n", "only broker/storage/rocks.py may"),
     ("controller/runtime2.py", "from pysyncobj import SyncObj\n", "only controller/raft/ may"),
-    ("broker/x.py", "from controller.control import QuorumController\n", "broker/ imports"),
-    ("controller/x.py", "import broker.partition\n", "controller/ imports broker/"),
-    ("tidelog/client/x.py", "from broker.storage import Storage\n", "tidelog/ imports broker/"),
-    ("tidelog/node.py", "from broker.runtime import BrokerRuntime\n", "tidelog/ imports broker/"),
+    ("broker/x.py", "from tidelog.controller.control import QuorumController\n",
+     "broker/ imports"),
+    ("controller/x.py", "import tidelog.broker.partition\n", "controller/ imports broker/"),
+    ("tidelog/client/x.py", "from tidelog.broker.storage import Storage\n",
+     "tidelog/ imports broker/"),
+    ("tidelog/node.py", "from tidelog.broker.runtime import BrokerRuntime\n",
+     "tidelog/ imports broker/"),
+    ("tidelog/node.py", "from broker.runtime import BrokerRuntime\n",
+     "import it as tidelog.broker.runtime"),
+    ("chaos/x.py", "import chaos.history\n", "import it as tidelog.chaos.history"),
     ("tidelog/spark/planner.py", "import pyspark\n",
      "only tidelog/spark/datasource.py, tidelog/spark/pipeline.py may"),
     ("tidelog/client/x.py", "from pyspark.sql import SparkSession\n",
      "only tidelog/spark/datasource.py, tidelog/spark/pipeline.py may"),
-    ("broker/y.py", "from chaos import proxies\n", "production code imports chaos/"),
-    ("tidelog/cli/chaos.py", "from chaos import history\n", "production code imports chaos/"),
+    ("broker/y.py", "from tidelog.chaos import proxies\n", "production code imports chaos/"),
+    ("tidelog/cli/chaos.py", "from tidelog.chaos import history\n",
+     "production code imports chaos/"),
+    ("tidelog/cli/group.py", "from tidelog.client._fetcher import EARLIEST\n",
+     "a private module of tidelog.client"),
+    ("tidelog/tls.py", "from tidelog.client._scram_auth import ScramAuth\n",
+     "a private module of tidelog.client"),
+    ("broker/x.py", "from tidelog.broker.group._y import z\n",
+     "a private module of tidelog.broker.group"),
+    ("chaos/workload/x.py", "from tidelog.broker.storage import Storage\n",
+     "chaos/ imports broker/"),
 ])
 def test_each_rule_catches_its_violation(path: str, source: str, rule: str) -> None:
     """The checker itself: each rule fires on a file that breaks it (so the contract test
@@ -131,13 +204,19 @@ def test_each_rule_catches_its_violation(path: str, source: str, rule: str) -> N
     imports = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imports += [Import(path, node.lineno, a.name.split(".")[0], False)
-                        for a in node.names]
+            imports += [make_import(path, node.lineno, a.name, False) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            imports.append(Import(path, node.lineno, node.module.split(".")[0], False))
+            imports.append(make_import(path, node.lineno, node.module, False))
     assert any(rule in p for p in violations(imports)), violations(imports)
 
 
+def test_a_package_imports_its_own_private_modules() -> None:
+    own = [make_import("tidelog/client/producer.py", 1, "tidelog.client._sender", False),
+           make_import("tidelog/client/x/y.py", 1, "tidelog.client._io", False),
+           make_import("broker/group/x.py", 1, "tidelog.broker.group._y", False)]
+    assert violations(own) == []
+
+
 def test_a_lazy_server_import_in_the_node_runner_is_allowed() -> None:
-    lazy = Import("tidelog/node.py", 1, "broker", in_function=True)
+    lazy = make_import("tidelog/node.py", 1, "tidelog.broker.runtime", in_function=True)
     assert violations([lazy]) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replication import PartitionState
+from tidelog.broker.replication import PartitionState
 from tidelog.invariants import InvariantViolation
 
 #: The -O run imports the broker, controller and storage code afresh; bounded all the same.

@@ -11,10 +11,14 @@ import dataclasses
 import pytest
 from controller_testkit import TestCluster
 
-from controller.managers import common
-from controller.managers.common import error_response, response_error_code, set_controller_hint
 from tidelog import limits
 from tidelog.acl import AclBinding, AclFilter, binding_from_proto, binding_to_proto, filter_to_proto
+from tidelog.controller.managers import common
+from tidelog.controller.managers.common import (
+    error_response,
+    response_error_code,
+    set_controller_hint,
+)
 from tidelog.errors import NotControllerError
 from tidelog.v1 import common_pb2, controller_pb2
 

@@ -16,9 +16,9 @@ from controller_testkit import (
     register_request,
 )
 
-from controller.control import ControllerLogic, ControllerResult
-from controller.managers import cluster_control
-from controller.managers.broker_heartbeats import BrokerHeartbeatTracker
+from tidelog.controller.control import ControllerLogic, ControllerResult
+from tidelog.controller.managers import cluster_control
+from tidelog.controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from tidelog.v1 import common_pb2
 
 E = common_pb2.ErrorCode
@@ -380,7 +380,7 @@ def test_leaderships_go_back_to_preferred_replicas_every_check_interval(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Kafka's auto.leader.rebalance.enable: after broker 1 came back, its partitions are led by
     # 2 until the next leader imbalance check gives them back, in parts (2 here).
-    from controller import control
+    from tidelog.controller import control
 
     monkeypatch.setattr(control, "FENCE_CHANGES_PER_BATCH_MAX", 2)
     cluster = _cluster(3)
@@ -407,7 +407,7 @@ def test_leaderships_go_back_to_preferred_replicas_every_check_interval(
 
 
 def test_no_leader_rebalance_when_the_check_is_off() -> None:
-    from controller.managers.common import ControllerConfig
+    from tidelog.controller.managers.common import ControllerConfig
 
     cluster = TestCluster(config=ControllerConfig(leader_imbalance_check_interval_ms=0))
     cluster.activate()

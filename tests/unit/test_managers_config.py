@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 from controller_testkit import BROKER, TOPIC, TestCluster, alter_op, create_topic
 
-from controller.managers.common import CONFIG_OPS_PER_RESOURCE_MAX, CONFIG_RESOURCES_PER_REQUEST_MAX
 from tidelog import configs
+from tidelog.controller.managers.common import (
+    CONFIG_OPS_PER_RESOURCE_MAX,
+    CONFIG_RESOURCES_PER_REQUEST_MAX,
+)
 from tidelog.v1 import common_pb2, controller_pb2
 
 E = common_pb2.ErrorCode

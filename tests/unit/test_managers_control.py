@@ -9,7 +9,7 @@ import random
 import pytest
 from controller_testkit import CLUSTER_ID, TestCluster, create_topic, r_topic, register_request
 
-from controller.control import ControllerLogic
+from tidelog.controller.control import ControllerLogic
 from tidelog.invariants import InvariantViolation
 from tidelog.metadata.records import metadata_record
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2

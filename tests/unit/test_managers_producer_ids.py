@@ -7,8 +7,11 @@ from dataclasses import replace
 
 from controller_testkit import TestCluster
 
-from controller.managers.common import ControllerConfig
-from controller.managers.producer_id_control import PRODUCER_ID_MAX, ProducerIdControlManager
+from tidelog.controller.managers.common import ControllerConfig
+from tidelog.controller.managers.producer_id_control import (
+    PRODUCER_ID_MAX,
+    ProducerIdControlManager,
+)
 from tidelog.metadata.image import ProducerIdsImage
 from tidelog.v1 import common_pb2, controller_pb2
 

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from controller_testkit import TestCluster, create_topic
 
-from controller.managers.common import TOPICS_PER_REQUEST_MAX
 from tidelog import limits
+from tidelog.controller.managers.common import TOPICS_PER_REQUEST_MAX
 from tidelog.v1 import common_pb2, controller_pb2
 
 E = common_pb2.ErrorCode

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replication import (
+from tidelog.broker.replication import (
     AcksDone,
     AppendFetchedBatches,
     BackoffFetch,
@@ -30,9 +30,9 @@ from broker.replication import (
     TruncateTo,
     UpdateHighWatermark,
 )
-from broker.replication.fetch import FollowerFetchDecision
-from broker.storage import LogConfig, PartitionLog, Storage
-from broker.storage.epoch_cache import LeaderEpochCache
+from tidelog.broker.replication.fetch import FollowerFetchDecision
+from tidelog.broker.storage import LogConfig, PartitionLog, Storage
+from tidelog.broker.storage.epoch_cache import LeaderEpochCache
 from tidelog.data_dir import format_data_dir
 from tidelog.errors import (
     FencedLeaderEpochError,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, batch, scenario, until, values
 
-from broker.partition_writer import PartitionWriter, TopicIdPartition
+from tidelog.broker.partition_writer import PartitionWriter, TopicIdPartition
 from tidelog.v1.common_pb2 import ErrorCode
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.controller_client import ControllerClient, ControllerEndpoint
 from tidelog import limits
+from tidelog.broker.controller_client import ControllerClient, ControllerEndpoint
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode

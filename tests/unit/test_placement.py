@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.placement import place_replicas
+from tidelog.controller.placement import place_replicas
 from tidelog.invariants import InvariantViolation
 
 

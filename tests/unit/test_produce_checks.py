@@ -26,11 +26,11 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, batch, scenario, values
 
-from broker.handlers import handle_init_producer_id, handle_produce
-from broker.partition_writer import TopicIdPartition
-from broker.produce_checks import Produced, plan_checks
-from broker.stream_limits import StreamLimits, serve_bounded
 from tidelog import limits
+from tidelog.broker.handlers import handle_init_producer_id, handle_produce
+from tidelog.broker.partition_writer import TopicIdPartition
+from tidelog.broker.produce_checks import Produced, plan_checks
+from tidelog.broker.stream_limits import StreamLimits, serve_bounded
 from tidelog.record_batch import NewRecord, batch_crc, build_batch, parse_batch
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import CompressionType, ErrorCode

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.replication.producer_state import (
+from tidelog.broker.replication.producer_state import (
     PRODUCER_BATCHES_CACHED,
     SEQUENCE_MAX,
     Accept,

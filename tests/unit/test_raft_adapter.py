@@ -40,8 +40,8 @@ from typing import Any
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from controller import raft
-from controller.raft import (
+from tidelog.controller import raft
+from tidelog.controller.raft import (
     FailReason,
     ProposeError,
     RaftQuorum,
@@ -591,7 +591,7 @@ def test_reject_floor_keeps_the_conflict_until_a_success() -> None:
 def test_importing_the_adapter_leaves_socket_inet_ntop_working() -> None:
     """pysyncobj's tcp_connection imports its win_inet_pton, which replaces socket.inet_ntop in
     the whole process with a Windows-only one that raises on Linux; the adapter undoes that."""
-    import controller.raft  # noqa: F401 (imported above too: this is the import under test)
+    import tidelog.controller.raft  # noqa: F401 (imported above too: this is the import under test)
 
     assert socket.inet_ntop(socket.AF_INET, b"\x7f\x00\x00\x01") == "127.0.0.1"
     assert socket.inet_ntop(socket.AF_INET6, bytes(15) + b"\x01") == "::1"

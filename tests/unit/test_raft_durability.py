@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from controller import raft
-from controller.raft import RaftQuorum, RaftSettings
+from tidelog.controller import raft
+from tidelog.controller.raft import RaftQuorum, RaftSettings
 
 WAIT_S = 10.0
 

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from pysyncobj.journal import FileJournal
 
-from controller.raft import RaftSettings
-from controller.raft.journal import GROWTH_BYTES, DurableJournal, JournalError
+from tidelog.controller.raft import RaftSettings
+from tidelog.controller.raft.journal import GROWTH_BYTES, DurableJournal, JournalError
 
 BYTES_MAX = 64 * 1024 * 1024
 

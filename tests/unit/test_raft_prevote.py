@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.raft.prevote import FastElection, PreVote, grants_pre_vote
+from tidelog.controller.raft.prevote import FastElection, PreVote, grants_pre_vote
 
 VOTERS = ["a:1", "b:1", "c:1"]
 

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import pytest
 
-from controller import raft
-from controller.raft import RaftQuorum, RaftSettings
-from controller.raft.tls_wire import _san_mismatch, _TlsContexts, _TlsWire
 from tidelog.certs import Issued, issue, make_ca
 from tidelog.cluster_secret import derive_key
+from tidelog.controller import raft
+from tidelog.controller.raft import RaftQuorum, RaftSettings
+from tidelog.controller.raft.tls_wire import _san_mismatch, _TlsContexts, _TlsWire
 from tidelog.errors import InvalidConfigError
 from tidelog.tls import RELOAD_CHECK_S, TlsFiles
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from controller import raft
-from controller.raft import RaftQuorum, RaftSettings
 from tidelog.cluster_secret import derive_key
+from tidelog.controller import raft
+from tidelog.controller.raft import RaftQuorum, RaftSettings
 
 SECRET = "s" * 43
 KEY = derive_key(SECRET, "raft")

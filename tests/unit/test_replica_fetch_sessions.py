@@ -49,10 +49,10 @@ from test_replica_manager import (  # noqa: F401 - collected here again, over se
     until,
 )
 
-from broker.fetcher import ReplicaFetcher
-from broker.handlers.fetch import ReplicaFetchSession, handle_replica_fetch
-from broker.partition_writer import TopicIdPartition
-from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from tidelog.broker.fetcher import ReplicaFetcher
+from tidelog.broker.handlers.fetch import ReplicaFetchSession, handle_replica_fetch
+from tidelog.broker.partition_writer import TopicIdPartition
+from tidelog.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from tidelog.errors import NetworkError
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode

@@ -31,16 +31,16 @@ import pytest
 from controller_testkit import TestCluster, create_topic
 from prometheus_client import CollectorRegistry
 
-from broker import replica_manager
-from broker.handlers import (
+from tidelog.broker import replica_manager
+from tidelog.broker.handlers import (
     handle_fetch,
     handle_list_offsets,
     handle_produce,
     handle_replica_fetch,
 )
-from broker.metadata_listener import MetadataUpdate
-from broker.metrics import BrokerMetrics
-from broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from tidelog.broker.metadata_listener import MetadataUpdate
+from tidelog.broker.metrics import BrokerMetrics
+from tidelog.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from tidelog.data_dir import format_data_dir
 from tidelog.errors import NetworkError
 from tidelog.metadata.delta import MetadataDelta

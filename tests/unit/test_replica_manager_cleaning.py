@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from test_replica_manager import Cluster, scenario
 
-from broker.partition_writer import TopicIdPartition
+from tidelog.broker.partition_writer import TopicIdPartition
 from tidelog.record_batch import (
     NewRecord,
     batch_crc,

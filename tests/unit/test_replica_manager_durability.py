@@ -27,10 +27,10 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, batch, scenario, values
 
-from broker.handlers import handle_init_producer_id
-from broker.replication import BatchHeader, ProducerStateTable
-from broker.replication.producer_state import SEQUENCE_MAX
-from broker.storage import Storage
+from tidelog.broker.handlers import handle_init_producer_id
+from tidelog.broker.replication import BatchHeader, ProducerStateTable
+from tidelog.broker.replication.producer_state import SEQUENCE_MAX
+from tidelog.broker.storage import Storage
 from tidelog.errors import KafkaStorageErrorError
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1.common_pb2 import ErrorCode

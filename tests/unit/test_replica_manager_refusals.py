@@ -23,7 +23,7 @@ from pathlib import Path
 
 from test_replica_manager import Cluster, batch, scenario, until, values
 
-from broker.partition_writer import TopicIdPartition
+from tidelog.broker.partition_writer import TopicIdPartition
 from tidelog.errors import KafkaStorageErrorError
 from tidelog.metadata.topic_names import OFFSETS_TOPIC
 from tidelog.record_batch import NewRecord, build_batch

@@ -23,8 +23,8 @@ from typing import Any
 
 from test_replica_manager import Cluster, batch, scenario, until, values
 
-from broker.delayed import FetchWaiters
-from broker.handlers import (
+from tidelog.broker.delayed import FetchWaiters
+from tidelog.broker.handlers import (
     handle_describe_logs,
     handle_fetch,
     handle_init_producer_id,
@@ -32,10 +32,10 @@ from broker.handlers import (
     handle_produce,
     handle_replica_fetch,
 )
-from broker.producer_ids import ProducerIdManager
-from broker.replica_manager import ReplicaManagerConfig
-from broker.replication import ProducerStateTable
-from broker.storage import Storage
+from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.broker.replica_manager import ReplicaManagerConfig
+from tidelog.broker.replication import ProducerStateTable
+from tidelog.broker.storage import Storage
 from tidelog.record_batch import decode_records, parse_batch
 from tidelog.v1 import broker_pb2 as pb
 from tidelog.v1 import controller_pb2 as cpb
@@ -561,7 +561,7 @@ class _EchoPlane:
 async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
     import grpc
 
-    from broker.service import ReplicaService, add_replica_service
+    from tidelog.broker.service import ReplicaService, add_replica_service
 
     class Runtime:
         data_plane = plane
@@ -581,7 +581,7 @@ async def _serve(plane: _EchoPlane, *, stream: bool) -> tuple[Any, int]:
 
 
 def test_grpc_transport_fetches_over_one_stream_and_recovers_from_a_lost_exchange() -> None:
-    from broker.fetcher import GrpcReplicaTransport
+    from tidelog.broker.fetcher import GrpcReplicaTransport
     from tidelog.errors import NetworkError
 
     async def body() -> None:
@@ -631,7 +631,7 @@ def test_grpc_transport_fetches_over_one_stream_and_recovers_from_a_lost_exchang
 
 
 def test_grpc_transport_falls_back_to_unary_fetches_for_a_leader_without_the_stream() -> None:
-    from broker.fetcher import GrpcReplicaTransport
+    from tidelog.broker.fetcher import GrpcReplicaTransport
 
     async def body() -> None:
         plane = _EchoPlane()

@@ -54,7 +54,7 @@ from typing import Any
 
 import pytest
 
-from broker.replication import (
+from tidelog.broker.replication import (
     AcksDone,
     AppendFetchedBatches,
     BackoffFetch,
@@ -73,7 +73,7 @@ from broker.replication import (
     TruncateTo,
     UpdateHighWatermark,
 )
-from broker.storage.epoch_cache import LeaderEpochCache
+from tidelog.broker.storage.epoch_cache import LeaderEpochCache
 from tidelog.invariants import InvariantViolation
 from tidelog.v1.common_pb2 import ErrorCode
 

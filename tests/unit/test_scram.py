@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.control import ControllerLogic
 from tidelog import scram
+from tidelog.controller.control import ControllerLogic
 from tidelog.errors import InvalidConfigError
 from tidelog.metadata.bootstrap import (
     parse_add_scram,

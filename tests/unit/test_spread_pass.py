@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.spread_pass import SpreadPass
+from tidelog.broker.spread_pass import SpreadPass
 
 
 @dataclass(eq=False)

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from broker.replication.producer_state import BatchHeader, Duplicate, ProducerStateTable
-from broker.storage import LogConfig, PartitionLog, Storage
-from broker.storage.cleaner import (
+from tidelog.broker.replication.producer_state import BatchHeader, Duplicate, ProducerStateTable
+from tidelog.broker.storage import LogConfig, PartitionLog, Storage
+from tidelog.broker.storage.cleaner import (
     DEFAULT_BUDGET,
     CleanableRange,
     CleanerBudget,
@@ -38,8 +38,8 @@ from broker.storage.cleaner import (
     clean_log,
     cleanable_range,
 )
-from broker.storage.keys import TopicPartition
-from broker.storage.segments import Segment
+from tidelog.broker.storage.keys import TopicPartition
+from tidelog.broker.storage.segments import Segment
 from tidelog.data_dir import format_data_dir
 from tidelog.errors import CorruptMessageError, KafkaStorageErrorError
 from tidelog.record_batch import (

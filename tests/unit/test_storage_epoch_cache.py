@@ -15,8 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from tidelog import limits
+from tidelog.broker.storage.epoch_cache import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    LeaderEpochCache,
+)
 from tidelog.invariants import InvariantViolation
 
 UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import broker.storage
-from broker.storage import FlushPolicy, Storage, StorageConfig, TopicPartition
+import tidelog.broker.storage as storage_package
+from tidelog.broker.storage import FlushPolicy, Storage, StorageConfig, TopicPartition
 from tidelog.data_dir import InconsistentNodeIdError, UnformattedDataDirError, format_data_dir
 from tidelog.errors import (
     InconsistentClusterIdError,
@@ -28,7 +28,7 @@ from tidelog.record_batch import NewRecord, build_batch, validate_batch
 CLUSTER = "test-cluster"
 TOPIC_A = b"A" * 16
 TOPIC_B = b"B" * 16
-STORAGE_DIR = Path(broker.storage.__file__).parent
+STORAGE_DIR = Path(storage_package.__file__).parent
 
 
 def formatted(path: Path) -> Path:
@@ -133,11 +133,11 @@ def test_interval_flush_policy_flushes_on_its_period(tmp_path: Path) -> None:
 
 
 def test_public_api_is_what_all_says() -> None:
-    exported = set(broker.storage.__all__)
+    exported = set(storage_package.__all__)
     assert {"Storage", "PartitionLog", "LogConfig", "StorageConfig", "FlushPolicy",
             "AppendInfo", "FetchDataInfo", "EpochEndOffset", "TopicPartition"} <= exported
     for name in exported:
-        assert getattr(broker.storage, name) is not None
+        assert getattr(storage_package, name) is not None
 
 
 def test_rocksdict_is_imported_by_rocks_py_only() -> None:

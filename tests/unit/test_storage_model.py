@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.storage import LogConfig, PartitionLog, Storage
+from tidelog.broker.storage import LogConfig, PartitionLog, Storage
 from tidelog.data_dir import format_data_dir
 from tidelog.record_batch import NewRecord, build_batch, parse_batch, validate_batch
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import (
+from tidelog.broker.storage import (
     UNDEFINED_EPOCH,
     FetchDataInfo,
     LogConfig,

@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from broker.storage.segments import Segment, plan_retention, should_roll
+from tidelog.broker.storage.segments import Segment, plan_retention, should_roll
 
 
 def seg(base: int, nxt: int, size: int = 100, max_ts: int = 1000, first_ms: int = 0) -> Segment:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import LogConfig, PartitionLog, Storage
-from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.keys import META, PartitionKeys, TopicPartition
-from broker.storage.recovery import RECOVERY_TAIL_BATCHES_MAX
-from broker.storage.rocks import Column, RocksStore
-from broker.storage.segments import Segment
-from broker.storage.storage import DB_DIR_NAME
+from tidelog.broker.storage import LogConfig, PartitionLog, Storage
+from tidelog.broker.storage.epoch_cache import LeaderEpochCache
+from tidelog.broker.storage.keys import META, PartitionKeys, TopicPartition
+from tidelog.broker.storage.recovery import RECOVERY_TAIL_BATCHES_MAX
+from tidelog.broker.storage.rocks import Column, RocksStore
+from tidelog.broker.storage.segments import Segment
+from tidelog.broker.storage.storage import DB_DIR_NAME
 from tidelog.data_dir import format_data_dir
 from tidelog.errors import KafkaStorageErrorError
 from tidelog.record_batch import NewRecord, build_batch, parse_batch, validate_batch

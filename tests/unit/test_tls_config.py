@@ -148,7 +148,7 @@ def test_the_controller_client_reopens_channels_after_a_renewal(
     import os
 
     import tidelog.tls as tls
-    from broker.controller_client import ControllerClient
+    from tidelog.broker.controller_client import ControllerClient
     from tidelog.config import VoterConfig
 
     monkeypatch.setattr(tls, "RELOAD_CHECK_S", 0.0)

@@ -42,10 +42,10 @@ from toxiproxy_testkit import (
     upstream,
 )
 
-from chaos import proxies
-from chaos.proxies import address
-from chaos.toxiproxy import ToxiproxyServer
-from chaos.toxiproxy.limits import HTTP_CONNECTIONS_MAX
+from tidelog.chaos import proxies
+from tidelog.chaos.proxies import address
+from tidelog.chaos.toxiproxy import ToxiproxyServer
+from tidelog.chaos.toxiproxy.limits import HTTP_CONNECTIONS_MAX
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from chaos.toxiproxy.limits import PIPE_QUEUE_BYTES_MAX
-from chaos.toxiproxy.pipe import Close, PassEof, Pipe, Step, Stop, Wait, Write
-from chaos.toxiproxy.toxics import Toxic, create_toxic, update_toxic
+from tidelog.chaos.toxiproxy.limits import PIPE_QUEUE_BYTES_MAX
+from tidelog.chaos.toxiproxy.pipe import Close, PassEof, Pipe, Step, Stop, Wait, Write
+from tidelog.chaos.toxiproxy.toxics import Toxic, create_toxic, update_toxic
 
 
 def _toxic(kind: str, *, name: str | None = None, toxicity: float = 1.0,

@@ -1,4 +1,4 @@
-"""The Toxiproxy-compatible server as a process, `python -m chaos.toxiproxy`
+"""The Toxiproxy-compatible server as a process, `python -m tidelog.chaos.toxiproxy`
 (chaos/toxiproxy/__main__.py), started and stopped by chaos/proxies.py's helpers as chaos runs
 start it, and driven through toxiproxy-python.
 
@@ -29,7 +29,7 @@ from toxiproxy_testkit import (
     upstream,
 )
 
-from chaos import proxies
+from tidelog.chaos import proxies
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,8 @@ def test_a_port_taken_ends_the_process_with_one_line() -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "chaos.toxiproxy", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "tidelog.chaos.toxiproxy", "--host", "127.0.0.1",
+             "--port", str(port)],
             cwd=REPO, capture_output=True, text=True, timeout=IO_TIMEOUT_S * 4, check=False)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("toxiproxy server: ") and done.stderr.count("\n") == 1

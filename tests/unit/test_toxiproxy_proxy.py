@@ -40,9 +40,9 @@ from toxiproxy_testkit import (
     upstream,
 )
 
-from chaos import proxies
-from chaos.proxies import address
-from chaos.toxiproxy import ToxiproxyServer
+from tidelog.chaos import proxies
+from tidelog.chaos.proxies import address
+from tidelog.chaos.toxiproxy import ToxiproxyServer
 
 
 @pytest.fixture(scope="module")

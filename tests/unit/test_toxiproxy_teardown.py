@@ -29,7 +29,7 @@ import pytest
 from toxiproxy import Toxiproxy
 from toxiproxy_testkit import IO_TIMEOUT_S, client_of, running_server
 
-from chaos import proxies
+from tidelog.chaos import proxies
 
 #: Long enough for the proxy's event loop to handle the upstream's FIN before its RST.
 SETTLE_S = 0.3
@@ -63,7 +63,7 @@ def test_a_half_close_to_an_upstream_already_reset_ends_the_connection_quietly(
     proxy = client.create(upstream=f"127.0.0.1:{listener.getsockname()[1]}", name="teardown")
     # A toxic in force on the client -> upstream stream: its pipe task passes the FIN on.
     proxies.latency(proxy, 1, stream="upstream")
-    caplog.set_level(logging.INFO, logger="chaos.toxiproxy")
+    caplog.set_level(logging.INFO, logger="tidelog.chaos.toxiproxy")
     try:
         with socket.create_connection(proxies.address(proxy), timeout=IO_TIMEOUT_S) as sock:
             sock.sendall(b"hello")

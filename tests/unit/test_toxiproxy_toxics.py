@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from chaos.toxiproxy.limits import NAME_CHARS_MAX, TOXICS_PER_PROXY_MAX
-from chaos.toxiproxy.model import ApiError, ProxyConfig, format_address, parse_address
-from chaos.toxiproxy.toxics import KINDS, Toxic, create_toxic, update_toxic
+from tidelog.chaos.toxiproxy.limits import NAME_CHARS_MAX, TOXICS_PER_PROXY_MAX
+from tidelog.chaos.toxiproxy.model import ApiError, ProxyConfig, format_address, parse_address
+from tidelog.chaos.toxiproxy.toxics import KINDS, Toxic, create_toxic, update_toxic
 
 
 def _refused(call: Any, *args: Any, **kwargs: Any) -> tuple[int, str]:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
-from chaos.proxies import address
-from chaos.toxiproxy import ToxiproxyServer
+from tidelog.chaos.proxies import address
+from tidelog.chaos.toxiproxy import ToxiproxyServer
 
 IO_TIMEOUT_S = 5.0
 

@@ -23,11 +23,14 @@ for a usage error (an unknown scenario, a duration too short for it, link faults
 line number and the reason).
 
 The chaos/ package is imported inside the commands, not at module level: production code never
-imports chaos/ (tests/unit/test_import_contracts.py), and ``tidelog`` starts without it.
+imports chaos/ (tests/unit/test_import_contracts.py), and ``tidelog`` starts without it. Its
+libraries are an extra (``pip install 'tidelog[chaos]'``): without them every ``tidelog chaos``
+command stops with one ``error:`` line saying what to install (exit code 2).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import click
@@ -48,16 +51,39 @@ __all__ = ["chaos"]
 EXAMPLES_SHOWN = 3
 
 
+#: What the chaos suite needs beyond a client install: module -> distribution (the "chaos"
+#: extra of pyproject.toml).
+CHAOS_EXTRA = {"toxiproxy": "toxiproxy-python", "aiohttp": "aiohttp", "matplotlib": "matplotlib"}
+
+
+def missing_chaos_extra() -> list[str]:
+    """The distributions of the chaos extra that are not installed (looked up, not imported:
+    matplotlib alone takes a third of a second)."""
+    missing = []
+    for module, distribution in CHAOS_EXTRA.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ValueError:  # in sys.modules as None: blocked
+            found = False
+        if not found:
+            missing.append(distribution)
+    return missing
+
+
 @click.group(cls=OneLineGroup)
 def chaos() -> None:
     """Check what clients saw while a cluster was broken on purpose (Jepsen-style)."""
+    missing = missing_chaos_extra()
+    if missing:
+        raise CliError(f"tidelog chaos needs the chaos extra ({', '.join(missing)} not "
+                       f"installed): pip install 'tidelog[chaos]'")
 
 
 @chaos.command("list", cls=OneLineCommand)
 @format_option
 def list_cmd(fmt: str) -> None:
     """The named scenarios and what each does."""
-    from chaos.scenarios import SCENARIOS
+    from tidelog.chaos.scenarios import SCENARIOS
 
     rows = [{"scenario": s.name, "links": "yes" if s.needs_links else "no",
              "acks": s.acks_label, "min_duration_s": s.min_duration_s,
@@ -96,8 +122,8 @@ def run_cmd(scenario: str, seed: int | None, duration: float | None, acks: str |
     import random
     from pathlib import Path
 
-    from chaos import scenarios
-    from chaos.runner import RunOptions, UsageError, run_scenario
+    from tidelog.chaos import scenarios
+    from tidelog.chaos.runner import RunOptions, UsageError, run_scenario
 
     try:
         chosen = scenarios.get(scenario)
@@ -139,8 +165,8 @@ def _netns_plan_or_exit(chosen: Any, argv: list[str]) -> Any:
     """Inside the netns mode's client namespace: the run's plan (a chaos.netns.NetnsPlan).
     Outside: create the namespaces, run ``tidelog <argv>`` inside and exit with its code
     (2 with one line when the machine cannot: chaos/netns/session.py)."""
-    from chaos.netns import session
-    from chaos.runner import BROKERS, CONTROLLERS
+    from tidelog.chaos.netns import session
+    from tidelog.chaos.runner import BROKERS, CONTROLLERS
 
     try:
         plan = session.plan_from_env()
@@ -201,8 +227,8 @@ def check_cmd(history: str, replication_factor: int | None, min_insync_replicas:
               unclean_leader_election: bool | None, fmt: str) -> None:
     """Check a chaos run's HISTORY (history.jsonl) for lost, duplicated, inconsistent and
     skipped records; exit 1 when the promise was broken."""
-    from chaos.checkers import check_history
-    from chaos.history import HistoryError, read_history
+    from tidelog.chaos.checkers import check_history
+    from tidelog.chaos.history import HistoryError, read_history
 
     promise = _promise(history, replication_factor, min_insync_replicas,
                        unclean_leader_election)
@@ -230,7 +256,7 @@ def _promise(history: str, replication_factor: int | None, min_insync_replicas: 
     import json
     from pathlib import Path
 
-    from chaos.checkers import Promise
+    from tidelog.chaos.checkers import Promise
 
     given = (replication_factor, min_insync_replicas, unclean_leader_election)
     saved = Path(history).with_name("result.json")
@@ -250,7 +276,7 @@ def _promise(history: str, replication_factor: int | None, min_insync_replicas: 
 
 def _summary(history: str, result: Any) -> None:
     """``result`` is a chaos.checkers.HistoryCheck (not imported here: see the docstring)."""
-    from chaos.history import encode_op
+    from tidelog.chaos.history import encode_op
 
     counts = ", ".join(f"{f} " + " / ".join(f"{n} {t}" for t, n in types.items() if n)
                        for f, types in sorted(result.op_counts.items()))

@@ -278,7 +278,7 @@ def parse_pairs(values: Iterable[str], option: str, example: str) -> dict[str, s
 def parse_brokers(brokers: str) -> list[str]:
     # The clients' own parser (private to the client package), so the CLI accepts exactly the
     # bootstrap lists the library does and can probe the same addresses.
-    from tidelog.client._io import parse_bootstrap
+    from tidelog.client.bootstrap import parse_bootstrap
 
     try:
         return parse_bootstrap(brokers)

@@ -37,7 +37,7 @@ from tidelog.cli.common import (
     table,
     timeout_option,
 )
-from tidelog.client._fetcher import EARLIEST, LATEST
+from tidelog.client import EARLIEST, LATEST
 from tidelog.client.records import TopicPartition
 from tidelog.errors import GroupIdNotFoundError, TidelogError
 

@@ -38,8 +38,11 @@ from tidelog.client.consumer import (
     CorruptRecordError,
     NoOffsetForPartitionError,
 )
+from tidelog.client.futures import FutureRecordMetadata
 from tidelog.client.producer import Producer, ProducerSenderError
 from tidelog.client.records import (
+    EARLIEST,
+    LATEST,
     ConsumerRecord,
     OffsetAndMetadata,
     OffsetAndTimestamp,
@@ -48,6 +51,8 @@ from tidelog.client.records import (
 )
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "AclBinding",
     "AclFilter",
     "Admin",
@@ -62,6 +67,7 @@ __all__ = [
     "ConsumerRecord",
     "CorruptRecordError",
     "CreatedTopic",
+    "FutureRecordMetadata",
     "GroupDescription",
     "GroupListing",
     "GroupMemberDescription",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tidelog.client._io import Connections, monotonic_ms
 from tidelog.client._metadata import STALE_METADATA_CODES, Backoff, MetadataManager
-from tidelog.client.records import ConsumerRecord, TopicPartition
+from tidelog.client.records import EARLIEST, LATEST, ConsumerRecord, TopicPartition
 from tidelog.errors import (
     CorruptMessageError,
     ErrorCode,
@@ -54,9 +54,6 @@ __all__ = [
 
 _rng = random.Random()
 
-#: ListOffsets timestamps with a special meaning (Kafka's): the log start offset, and the HW.
-EARLIEST = -2
-LATEST = -1
 
 
 class CorruptRecordError(CorruptMessageError):

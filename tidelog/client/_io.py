@@ -16,7 +16,7 @@ UNIMPLEMENTED -> UnsupportedVersionError. Authentication failures are not retrie
 UNAUTHENTICATED (details ``SASL_AUTHENTICATION_FAILED: ...`` or ``UNSUPPORTED_SASL_MECHANISM:
 ...``) -> SaslAuthenticationFailedError / UnsupportedSaslMechanismError, and a SASL_SSL client's
 call credentials that failed (gRPC says UNAVAILABLE, "Getting metadata from plugin failed with
-error: CODE: ...", see ``_scram_auth.py``) -> the error of that code. A refusal after which the
+error: CODE: ...", see tidelog/scram_auth.py) -> the error of that code. A refusal after which the
 SCRAM salt turned out to have changed (the credential was set again) is a NetworkError instead,
 so the call is sent again with the new key (``Connections._refused``).
 """
@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
@@ -61,13 +61,11 @@ __all__ = [
     "IOThread",
     "io_thread",
     "monotonic_ms",
-    "parse_bootstrap",
     "wall_ms",
 ]
 
 T = TypeVar("T")
 
-DEFAULT_PORT = 9092
 #: gRPC's own reconnect backoff is 1 s growing to 120 s; a client following a failover needs to
 #: see a restarted broker within about a second (Kafka's reconnect.backoff.max.ms is 1 s).
 RECONNECT_BACKOFF_MIN_MS = 50
@@ -87,49 +85,6 @@ def monotonic_ms() -> int:
 def wall_ms() -> int:
     """Milliseconds since the Unix epoch: record timestamps."""
     return time.time_ns() // 1_000_000
-
-
-def parse_bootstrap(servers: str | Iterable[str]) -> list[str]:
-    """``"host:port,host:port"`` or a list of ``host:port`` -> a list of ``host:port``.
-
-    A missing port means 9092; IPv6 hosts are written ``[::1]:9092``. ValueError on anything else,
-    so a typo fails at construction, not at the first request.
-    """
-    items = servers.split(",") if isinstance(servers, str) else list(servers)
-    out: list[str] = []
-    for raw in items:
-        if not isinstance(raw, str):
-            raise TypeError(f"bootstrap_servers entries must be strings, got {raw!r}")
-        item = raw.strip()
-        if not item:
-            continue
-        host, port = _split_host_port(item)
-        out.append(f"{host}:{port}")
-    if not out:
-        raise ValueError("bootstrap_servers is empty: give at least one host:port")
-    return list(dict.fromkeys(out))
-
-
-def _split_host_port(item: str) -> tuple[str, int]:
-    if item.startswith("["):
-        end = item.find("]")
-        if end < 0:
-            raise ValueError(f"bootstrap server {item!r}: unclosed '[' in an IPv6 address")
-        host, rest = item[: end + 1], item[end + 1 :]
-        port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
-    elif item.count(":") == 1:
-        host, port_text = item.split(":")
-    elif ":" not in item:
-        host, port_text = item, ""
-    else:
-        raise ValueError(f"bootstrap server {item!r}: write IPv6 addresses as [addr]:port")
-    if port_text is None or not host:
-        raise ValueError(f"bootstrap server {item!r} is not host:port")
-    if port_text == "":
-        return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"bootstrap server {item!r}: port must be 1..65535")
-    return host, int(port_text)
 
 
 class IOThread:

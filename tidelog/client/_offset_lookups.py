@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from tidelog.client._fetcher import EARLIEST, LATEST, list_offsets
+from tidelog.client._fetcher import list_offsets
 from tidelog.client._io import Connections, IOThread, monotonic_ms
 from tidelog.client._metadata import Backoff, MetadataManager
-from tidelog.client.records import OffsetAndTimestamp, TopicPartition
+from tidelog.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
 from tidelog.metadata.topic_names import validate_topic_name
 
 __all__ = ["OffsetLookups"]

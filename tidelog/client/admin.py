@@ -75,10 +75,11 @@ from tidelog.client._admin_types import (
     ordered,
     topic_id_text,
 )
-from tidelog.client._fetcher import EARLIEST, LATEST, list_offsets
-from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
+from tidelog.client._fetcher import list_offsets
+from tidelog.client._io import Connections, io_thread, monotonic_ms
 from tidelog.client._metadata import Backoff, ClusterSnapshot, MetadataManager
-from tidelog.client.records import TopicPartition
+from tidelog.client.bootstrap import parse_bootstrap
+from tidelog.client.records import EARLIEST, LATEST, TopicPartition
 from tidelog.errors import ErrorCode, TidelogError, UnacceptableCredentialError, error_for_code
 from tidelog.metadata.topic_names import validate_topic_name
 from tidelog.tls import ClientSecurity

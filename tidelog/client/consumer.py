@@ -50,10 +50,11 @@ from tidelog.client._group_member import (
     check_group_texts,
     check_subscription,
 )
-from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
+from tidelog.client._io import Connections, io_thread, monotonic_ms
 from tidelog.client._membership import Membership, MembershipConfig
 from tidelog.client._metadata import Backoff, MetadataManager
 from tidelog.client._offset_lookups import OffsetLookups
+from tidelog.client.bootstrap import parse_bootstrap
 from tidelog.client.records import (
     ConsumerRecord,
     OffsetAndMetadata,

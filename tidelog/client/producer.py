@@ -32,21 +32,16 @@ from tidelog.client._accumulator import (
     estimate_bytes,
 )
 from tidelog.client._idempotence import IdempotenceState
-from tidelog.client._io import Connections, io_thread, monotonic_ms, parse_bootstrap
+from tidelog.client._io import Connections, io_thread, monotonic_ms
 from tidelog.client._metadata import ClusterSnapshot, MetadataManager
 from tidelog.client._partitioner import (
     PartitionerCallable,
     StickyPartitionCache,
     partition_for_key,
 )
-from tidelog.client._sender import (
-    BatchResult,
-    DeliveryCallback,
-    FutureRecordMetadata,
-    ProducerSenderError,
-    Sender,
-    SenderConfig,
-)
+from tidelog.client._sender import ProducerSenderError, Sender, SenderConfig
+from tidelog.client.bootstrap import parse_bootstrap
+from tidelog.client.futures import BatchResult, DeliveryCallback, FutureRecordMetadata
 from tidelog.client.records import TopicPartition
 from tidelog.compression import codec_from_name
 from tidelog.errors import (

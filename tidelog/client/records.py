@@ -11,12 +11,19 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "ConsumerRecord",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "RecordMetadata",
     "TopicPartition",
 ]
+
+#: ListOffsets timestamps with a special meaning (Kafka's): the log start offset, and the HW
+#: (``Admin.list_offsets({tp: EARLIEST})``, as Kafka's OffsetSpec.earliest()).
+EARLIEST = -2
+LATEST = -1
 
 
 class TopicPartition(NamedTuple):

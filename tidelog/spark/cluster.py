@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from tidelog.client import Admin, Consumer, ConsumerRecord, Producer
 from tidelog.client import TopicPartition as ClientTopicPartition
-from tidelog.client._sender import FutureRecordMetadata
 from tidelog.client.consumer import NoOffsetForPartitionError
+from tidelog.client.futures import FutureRecordMetadata
 from tidelog.errors import TidelogError
 from tidelog.spark.arrow import SinkGroup, records_to_arrow, sink_groups
 from tidelog.spark.keyhash import partitions_for_keys

@@ -16,9 +16,9 @@ What both do with bad input (unknown topics ignored, topics without partitions, 
 
 from __future__ import annotations
 
-from broker.group.assignment import Assignor
-from broker.group.assignors.range import RangeAssignor
-from broker.group.assignors.uniform import UniformAssignor
+from tidelog.broker.group.assignment import Assignor
+from tidelog.broker.group.assignors.range import RangeAssignor
+from tidelog.broker.group.assignors.uniform import UniformAssignor
 
 __all__ = ["ASSIGNORS", "DEFAULT_ASSIGNOR", "RangeAssignor", "UniformAssignor"]
 

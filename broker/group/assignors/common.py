@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
+from tidelog.broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
 from tidelog.invariants import InvariantViolation
 
 __all__ = [

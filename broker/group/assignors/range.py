@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
-from broker.group.assignors.common import check_assignment, group_spec, to_assignments
+from tidelog.broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
+from tidelog.broker.group.assignors.common import check_assignment, group_spec, to_assignments
 
 __all__ = ["RangeAssignor"]
 

@@ -46,8 +46,8 @@ import heapq
 from collections.abc import Mapping
 from fractions import Fraction
 
-from broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
-from broker.group.assignors.common import (
+from tidelog.broker.group.assignment import Assignment, MemberSubscription, TopicMetadata
+from tidelog.broker.group.assignors.common import (
     GroupSpec,
     TopicPartition,
     check_assignment,

@@ -17,7 +17,7 @@ error instead of each trying again in turn.
 Failures: a plugin that calls back with an error fails the call with status UNAVAILABLE and the
 details ``Getting metadata from plugin failed with error: <str(error)>`` (gRPC's wording, whatever
 the error). The error given is a TidelogError, whose text is ``CODE: message``, so
-``_io.error_from_rpc`` turns it back into its type: a broker that cannot be reached stays a
+the client's ``error_from_rpc`` turns it back into its type: a broker that cannot be reached stays a
 NetworkError (retried), UNSUPPORTED_SASL_MECHANISM and SASL_AUTHENTICATION_FAILED do not.
 
 A refused call (the broker's UNAUTHENTICATED) may mean the credential was set again with the same
