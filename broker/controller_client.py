@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,6 +227,7 @@ class ControllerClient:
         self._cursor = self._rng.randrange(len(self._order))
         self._active_id: int | None = None
         self._active_confirmed = False
+        self._on_active_lost: Callable[[], None] | None = None
         self._channels: dict[int, Any] = {}
         self._stubs: dict[int, Any] = {}
         self._closed = False
@@ -300,10 +301,21 @@ class ControllerClient:
         if voter_id != self._active_id:
             log.info("%s: active controller %s -> %s (%s)", self._name,
                      _show(self._active_id), _show(voter_id), why)
+            lost = self._active_id is not None and voter_id is None
             self._active_id = voter_id
             self._active_confirmed = confirmed
+            if lost and self._on_active_lost is not None:
+                self._on_active_lost()
         else:
             self._active_confirmed = self._active_confirmed or confirmed
+
+    def on_active_lost(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (on the loop, at once) whenever the active controller stops being
+        known: a call to it or its metadata stream failed. The broker sends a heartbeat then,
+        whose call finds the new active controller through the survivors' hints (issue 26: a
+        new controller is active ~10 ms after a kill -9; waiting for the next heartbeat, up to
+        heartbeat_interval_ms later, was most of a broker's failover)."""
+        self._on_active_lost = callback
 
     def forget_active(self, voter_id: int, *, why: str) -> None:
         """``voter_id`` did not answer: stop assuming it is the active controller."""

@@ -156,6 +156,10 @@ class BrokerLifecycleManager:
         self._failure: TidelogError | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # The active controller gone (its stream or a call to it failed): heartbeat now, and
+        # the heartbeat's call finds the new one through the survivors' hints, rather than at
+        # the end of the interval (issue 26).
+        client.on_active_lost(self.wake)
         self._unfenced = asyncio.Event()
         self._shutdown_done = asyncio.Event()
         self.stats = LifecycleStats()

@@ -3,7 +3,8 @@
 What it checks: brokers register and are unfenced once their metadata listener has caught up;
 their listeners follow topic creation and deletion with the right local changes (leader or
 follower at the right leader epoch, with replicas and ISR; deletes); heartbeats and the metadata
-stream survive kill -9 of the active controller without re-registration, and survive a SIGSTOPped
+stream survive kill -9 of the active controller without re-registration (a broker heartbeats at
+once when it loses the active controller, and so finds the new one), and survive a SIGSTOPped
 (hung) active controller too; a broker that stops heartbeating is fenced by the controllers and
 its leaderships move (seen in another broker's image and local changes), at session expiry while
 something still listens at its endpoint, at once when nothing does (fast fencing); controlled
@@ -24,6 +25,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_harness import ClusterHarness
@@ -104,7 +106,8 @@ class Broker:
 
     def __init__(self, cluster: ClusterHarness, broker_id: int, *,
                  cluster_id: str | None = None,
-                 on_fatal: Callable[[Exception], None] | None = None) -> None:
+                 on_fatal: Callable[[Exception], None] | None = None,
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS) -> None:
         self.broker_id = broker_id
         # Something listens at its registered endpoint, as at a live (if stalled) broker
         # process's: the controller's probe connects (a controller probes every broker when it
@@ -124,7 +127,7 @@ class Broker:
             broker_id=broker_id, cluster_id=cluster_id, host="127.0.0.1",
             port=self.port, client=self.client,
             metadata_offset=lambda: self.listener.offset,
-            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+            heartbeat_interval_ms=heartbeat_interval_ms)
 
     async def start(self) -> None:
         await self.listener.start()
@@ -149,9 +152,10 @@ class Broker:
 
 
 async def with_brokers(cluster: ClusterHarness, broker_ids: list[int],
-                       body: Callable[[dict[int, Broker]], Awaitable[None]]) -> None:
+                       body: Callable[[dict[int, Broker]], Awaitable[None]],
+                       **options: Any) -> None:
     """Start brokers, wait until all are unfenced, run ``body``, always close them."""
-    brokers = {b: Broker(cluster, b) for b in broker_ids}
+    brokers = {b: Broker(cluster, b, **options) for b in broker_ids}
     try:
         await asyncio.gather(*(b.start() for b in brokers.values()))
         for broker in brokers.values():
@@ -267,6 +271,29 @@ def test_heartbeats_survive_kill_of_the_active_controller(healthy: ClusterHarnes
             assert image.cluster.is_unfenced(111) and image.cluster.is_unfenced(112)
 
     run(with_brokers(healthy, ids, body))
+
+
+def test_a_broker_heartbeats_as_soon_as_the_active_controller_is_lost(
+    healthy: ClusterHarness,
+) -> None:
+    """The active controller's process dies: its metadata stream to the broker ends, and the
+    broker heartbeats at once (its heartbeat finds the new active controller), not at the end
+    of its interval. The interval here is far longer than the test: without that heartbeat the
+    broker would not learn the new active controller before the deadline."""
+    ids = [118]
+
+    async def body(brokers: dict[int, Broker]) -> None:
+        broker = brokers[118]
+        leader = await asyncio.to_thread(healthy.wait_for_leader)
+        sent = broker.lifecycle.stats.heartbeats_sent
+        await asyncio.to_thread(healthy.kill, healthy.controller_name(leader))
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while time.monotonic() < deadline and broker.client.active_id in (None, leader):
+            await asyncio.sleep(0.01)
+        assert broker.client.active_id not in (None, leader), "the new active controller"
+        assert broker.lifecycle.stats.heartbeats_sent > sent
+
+    run(with_brokers(healthy, ids, body, heartbeat_interval_ms=10 * WAIT_MS))
 
 
 def test_a_hung_active_controller_does_not_stop_the_broker(healthy: ClusterHarness) -> None:
