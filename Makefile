@@ -10,7 +10,8 @@ PROTOS := $(wildcard proto/tidelog/v1/*.proto)
 # broker control plane and data plane (partition registry, request handlers, AlterPartition).
 MYPY_STRICT := tidelog/errors.py tidelog/limits.py tidelog/record_batch.py tidelog/compression.py \
 	tidelog/data_dir.py tidelog/configs.py tidelog/metadata controller/control.py \
-	controller/managers controller/placement.py controller/raft broker/storage \
+	controller/managers controller/placement.py controller/raft controller/clock.py \
+	controller/broker_prober.py controller/metadata_stream.py controller/runtime.py broker/storage \
 	broker/replication broker/controller_client.py broker/lifecycle.py broker/metadata_listener.py \
 	broker/replica_manager.py broker/produce_checks.py broker/spread_pass.py broker/heap_freezer.py broker/partition.py broker/partition_writer.py broker/handlers \
 	broker/alter_partition.py broker/delayed.py broker/runtime.py tidelog/client broker/group \

@@ -227,7 +227,7 @@ class BrokerLifecycleManager:
     def report_unreachable(self, broker_id: int) -> None:
         """This broker just failed to reach ``broker_id`` (a follower's fetch connection to its
         leader failed): say so in a heartbeat sent now. The active controller probes it (a
-        hint, not evidence: see controller.runtime), so a dead leader is fenced in about a
+        hint, not evidence: see controller/broker_prober.py), so a dead leader is fenced in about a
         second even when its own metadata stream went to a standby controller, whose end
         the active one never sees."""
         if broker_id == self.broker_id or broker_id in self._unreachable \

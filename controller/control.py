@@ -51,8 +51,8 @@ from tidelog.controller.managers.broker_heartbeats import BrokerHeartbeatTracker
 from tidelog.controller.managers.cluster_control import ClusterControlManager, ProbeTarget
 from tidelog.controller.managers.common import (
     FENCE_CHANGES_PER_BATCH_MAX,
-    ControllerConfig,
     ErrorFields,
+    LogicConfig,
     error_response,
     set_error,
 )
@@ -75,10 +75,10 @@ from tidelog.metadata.records import (
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 
 __all__ = [
-    "ControllerConfig",
     "ControllerLogic",
     "ControllerResult",
     "ControllerStats",
+    "LogicConfig",
     "ReplayOutcome",
     "metadata_batch_bytes",
 ]
@@ -170,7 +170,7 @@ class ControllerLogic:
         node_id: int,
         cluster_id: str,
         rng: random.Random,
-        config: ControllerConfig | None = None,
+        config: LogicConfig | None = None,
         image: MetadataImage | None = None,
         check_speculative: bool = False,
         bootstrap: Sequence[metadata_pb2.MetadataRecord] = (),
@@ -184,7 +184,7 @@ class ControllerLogic:
         self._bootstrap = tuple(bootstrap)
         self._node_id = node_id
         self._cluster_id = cluster_id
-        self._config = config or ControllerConfig()
+        self._config = config or LogicConfig()
         self._check_speculative = check_speculative
         self._committed = image or MetadataImage.empty()
         self._image = self._committed

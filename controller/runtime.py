@@ -10,14 +10,9 @@ Threads and who owns what:
 - ``self._lock`` guards the control logic between the two threads. It is never held across an
   await or a blocking Raft call.
 
-Fast fencing of dead brokers (docs/decisions.md "Failure handling without waiting out a
-session"): when a broker's metadata stream to the active controller ends, when another broker's
-heartbeat reports it unreachable (a follower's fetch connection to it failed), once for every
-unfenced broker when this controller becomes active, and on every periodic tick for brokers
-silent for ``broker_probe_after_ms``, the runtime probes the broker
-with a TCP connect to each registered listener, outside the lock (at most PROBES_IN_FLIGHT_MAX
-at once, one per broker). When every connect is refused it asks the logic to fence the broker
-(``handle_broker_unreachable``) and commits the records, as the periodic tick does.
+The runtime wires two rooms of its own: the active controller's probes of brokers that may be
+dead (controller/broker_prober.py, fast fencing) and the FetchMetadata streams
+(controller/metadata_stream.py); both see the logic and its lock, never the quorum.
 
 Activation follows Raft's rule that a leader may trust its state only after an entry of its own
 term commits: on becoming leader the runtime first commits a bare NoOp batch with the leader epoch
@@ -30,44 +25,37 @@ speculative state is always rebuilt from the committed image, never patched.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import concurrent.futures
 import logging
 import random
-import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tidelog.cluster_secret import broker_credential
 from tidelog.config import NodeConfig, VoterConfig
+from tidelog.controller.broker_prober import BrokerProber, ProberHost
+from tidelog.controller.clock import monotonic_ms, wall_clock_ms
 from tidelog.controller.control import ControllerLogic, ControllerResult
-from tidelog.controller.managers.cluster_control import ProbeTarget
-from tidelog.controller.managers.common import ControllerConfig as LogicConfig
 from tidelog.controller.managers.common import (
+    LogicConfig,
     error_response,
     response_error_code,
     set_controller_hint,
 )
+from tidelog.controller.metadata_stream import MetadataStreamer
 from tidelog.controller.metrics import ControllerMetrics
 from tidelog.controller.raft import FailReason, ProposeError, RaftQuorum, RaftSettings
+from tidelog.data_dir import read_bootstrap
 from tidelog.errors import error_for_code
-from tidelog.invariants import check
 from tidelog.metadata import records as metadata_records
-from tidelog.metadata.bootstrap import read_bootstrap
 from tidelog.v1 import common_pb2, controller_pb2, metadata_pb2
 from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.controller")
 
-#: Committed records kept in memory for FetchMetadata; older offsets get a snapshot first.
-METADATA_TAIL_RECORDS_MAX = 200_000
-#: Records per FetchMetadata response message.
-FETCH_METADATA_RECORDS_MAX = 5_000
-#: A FetchMetadata stream sends an (empty) progress message at least this often.
-FETCH_METADATA_IDLE_MS = 1_000
 #: How long a write waits for its commit before answering REQUEST_TIMED_OUT. Below the 10 s
 #: deadline clients use, so they hear the outcome rather than a transport timeout.
 COMMIT_TIMEOUT_MS = 5_000
@@ -78,98 +66,9 @@ APPLIED_BATCHES_KEPT = 10_000
 LOCK_WAIT_KEEP_ALIVE_S = 0.02
 #: Pause between activation attempts while leader but unable to commit.
 ACTIVATION_RETRY_S = 0.1
-#: A probe started on a hint looks again this long after a listener accepted (see _probe).
-PROBE_RECHECK_S = 0.2
 #: After an activation, every unfenced broker is probed this much later (see _activate).
 ACTIVATION_PROBE_DELAY_S = 0.01
-#: Brokers one heartbeat may report unreachable that are read (more are ignored).
-UNREACHABLE_HINTS_MAX = 16
-#: A probe's connect (or name lookup) gives up after this: no answer is no evidence.
-PROBE_CONNECT_TIMEOUT_S = 1.0
-#: Probes in flight at once, over all brokers (each is one connect at a time).
-PROBES_IN_FLIGHT_MAX = 32
-#: Parts one probe may fence a broker in (each at most FENCE_CHANGES_PER_BATCH_MAX partition
-#: changes): enough for 1.5 million partitions; past it the session expiry finishes the job.
-PROBE_FENCE_PARTS_MAX = 100
-#: Fencing parts proposed and not yet committed, at most: the next part is built on the
-#: speculative image while the quorum commits and applies the one before, so the active
-#: controller's work on part k+1 overlaps the followers' replay of part k.
-FENCE_PARTS_IN_FLIGHT = 3
-
-check(
-    FETCH_METADATA_RECORDS_MAX < METADATA_TAIL_RECORDS_MAX,
-    "a metadata fetch must be smaller than the kept tail",
-)
-
 Resp = TypeVar("Resp")
-
-
-def monotonic_ms() -> int:
-    """The clock of every duration on the controller (broker sessions, fencing): it never
-    steps, so setting the wall clock neither fences live brokers nor keeps dead ones unfenced."""
-    return int(time.monotonic() * 1000)
-
-
-def wall_clock_ms() -> int:
-    """Wall-clock time, only for timestamps stored for people (a batch's append_time_ms)."""
-    return int(time.time() * 1000)
-
-
-class MetadataTail:
-    """Committed batches kept for streaming, whole: offsets base_offset .. end_offset - 1.
-
-    Batches stay whole because replay applies a batch all or nothing; a follower is only ever
-    sent whole batches, starting at a batch boundary.
-    """
-
-    def __init__(self) -> None:
-        self.base_offset = 0
-        self._starts: list[int] = []  # first offset of each batch, ascending
-        self._batches: list[list[metadata_pb2.MetadataRecord]] = []
-        self._records = 0
-
-    @property
-    def end_offset(self) -> int:
-        return self.base_offset + self._records
-
-    def reset(self, next_offset: int) -> None:
-        self.base_offset = next_offset
-        self._starts, self._batches, self._records = [], [], 0
-
-    def append(self, base_offset: int, records: list[metadata_pb2.MetadataRecord]) -> None:
-        if base_offset != self.end_offset:
-            self.reset(base_offset)
-        self._starts.append(base_offset)
-        self._batches.append(records)
-        self._records += len(records)
-        if self._records > METADATA_TAIL_RECORDS_MAX:
-            self._trim(self._records - METADATA_TAIL_RECORDS_MAX // 10 * 9)
-
-    def _trim(self, records_to_drop: int) -> None:
-        """Drop leading whole batches (in one go, so the cost is amortized over appends)."""
-        dropped = count = 0
-        while count < len(self._batches) - 1 and dropped < records_to_drop:
-            dropped += len(self._batches[count])
-            count += 1
-        del self._starts[:count], self._batches[:count]
-        self._records -= dropped
-        self.base_offset += dropped
-
-    def batches_from(self, offset: int, records_max: int
-                     ) -> list[list[metadata_pb2.MetadataRecord]] | None:
-        """Whole batches from the one starting at ``offset``, up to ``records_max`` records (at
-        least one batch). None when ``offset`` is not a batch start held here."""
-        i = bisect.bisect_left(self._starts, offset)
-        if i == len(self._starts) or self._starts[i] != offset:
-            return None
-        out: list[list[metadata_pb2.MetadataRecord]] = []
-        total = 0
-        for batch in self._batches[i:]:
-            if out and total + len(batch) > records_max:
-                break
-            out.append(batch)
-            total += len(batch)
-        return out
 
 
 def _credential_verifiers(secret: str | None) -> Callable[[int], bytes]:
@@ -210,7 +109,6 @@ class ControllerRuntime:
                 default_replication_factor=c.default_replication_factor,
             ),
         )
-        self._tail = MetadataTail()
         self._applied: collections.OrderedDict[int, int] = collections.OrderedDict()
         self.metrics = metrics
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -219,8 +117,16 @@ class ControllerRuntime:
         self._leader_epoch = -1
         self._activation: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._probe_after_ms = c.broker_probe_after_ms
-        self._probes: set[asyncio.Task[None]] = set()
+        #: The active controller's probes of brokers that may be dead (fast fencing).
+        self.prober = BrokerProber(ProberHost(
+            node_id=self.node_id, logic=self.logic, lock=self._lock,
+            active_epoch=lambda: self._leader_epoch if self.active else None,
+            start_commit=self._start_commit, resign_after_failure=self._resign_after_failure,
+            probe_after_ms=c.broker_probe_after_ms))
+        #: FetchMetadata: the committed log streamed to brokers, from the tail kept here.
+        self.streamer = MetadataStreamer(
+            cluster_id=cluster_id, logic=self.logic, lock=self._lock, waiters=self._waiters,
+            on_stream_end=self._on_metadata_stream_end)
         #: Set when the controller must stop: its Raft node failed (a journal it cannot write,
         #: a state machine that cannot apply); ``failure`` says why. The node process then
         #: stops with a non-zero status (tidelog/node.py).
@@ -266,7 +172,7 @@ class ControllerRuntime:
         try:
             base = self.logic.committed_offset + 1
             outcome = self.logic.replay_batch(records, base, progress=keep_alive)
-            self._tail.append(base, records)
+            self.streamer.tail.append(base, records)
             self._applied[index] = base
             if len(self._applied) > APPLIED_BATCHES_KEPT:
                 self._applied.popitem(last=False)
@@ -300,7 +206,7 @@ class ControllerRuntime:
         snap = metadata_records.decode_snapshot(data)
         with self._lock:
             self.logic.restore_snapshot(snap)
-            self._tail.reset(self.logic.committed_offset + 1)
+            self.streamer.tail.reset(self.logic.committed_offset + 1)
         self._call_in_loop(self._wake_waiters)
 
     def _call_in_loop(self, fn: Callable[..., None], *args: Any) -> None:
@@ -407,7 +313,7 @@ class ControllerRuntime:
 
     def _probe_at_activation(self, leader_epoch: int, broker_ids: tuple[int, ...]) -> None:
         if self.active and self._leader_epoch == leader_epoch:
-            self._start_probes(hinted=broker_ids)
+            self.prober.start(hinted=broker_ids)
 
     # ----------------------------------------------------------- write path (event loop)
     async def _commit(self, records: list[metadata_pb2.MetadataRecord], leader_epoch: int) -> int:
@@ -527,7 +433,7 @@ class ControllerRuntime:
                 begun_before = self.logic.fencing_begun()
                 result = self.logic.maybe_fence_stale_brokers(monotonic_ms())
                 begun = self.logic.fencing_begun()
-            self._start_probes()
+            self.prober.start()
             if not result.records:
                 continue
             for broker_id in sorted(begun.keys() - begun_before.keys()):
@@ -554,114 +460,12 @@ class ControllerRuntime:
             except (TimeoutError, ProposeError, ValueError) as e:  # ValueError: see _probe
                 self._resign_after_failure(epoch, f"fencing proposal failed: {e}")
 
-    def _start_probes(self, hinted: tuple[int, ...] = ()) -> None:
-        """Probe the brokers that are due (see the module doc); on the active controller only."""
-        room = PROBES_IN_FLIGHT_MAX - len(self._probes)
-        if not self.active or self._probe_after_ms <= 0 or room <= 0:
-            return
-        epoch = self._leader_epoch
-        with self._lock:
-            targets = self.logic.start_broker_probes(
-                monotonic_ms(), silent_ms=self._probe_after_ms, hinted=hinted,
-                limit=room)
-        for target in targets:
-            task = asyncio.ensure_future(self._probe(target, epoch))
-            self._probes.add(task)
-            task.add_done_callback(self._probes.discard)
-
-    async def _probe(self, target: ProbeTarget, leader_epoch: int) -> None:
-        """Connect to every listener of the broker; if all refuse, fence it (unless it was
-        heard from since the probe started, or this controller is no longer the same active)."""
-        try:
-            refused = await _all_refused(target.endpoints)
-            if not refused and target.hinted:
-                # A dying process closes its sockets one by one: its metadata stream's end (or
-                # a follower's failed fetch) can reach us before its listeners are closed
-                # (seen: a connect accepted 1 ms after the stream ended, refused 2 ms later,
-                # and the next probe came only with the 2.5 s of silence). Once more, later.
-                await asyncio.sleep(PROBE_RECHECK_S)
-                refused = await _all_refused(target.endpoints)
-            if not refused or not self.active or self._leader_epoch != leader_epoch:
-                return
-            with self._lock:
-                now = monotonic_ms()
-                last_contact = self.logic.heartbeats.last_contact_ms(target.broker_id)
-                result = self.logic.handle_broker_unreachable(
-                    target.broker_id, target.broker_epoch, target.started_ms, now)
-            if not result.records:
-                return
-            silent_ms = now - last_contact if last_contact is not None else -1
-            log.warning(
-                "controller %d fences broker %d (epoch %d) before its session expires: every "
-                "listener (%s) refused a connection; last heard from %d ms ago",
-                self.node_id, target.broker_id, target.broker_epoch,
-                ", ".join(f"{h}:{p}" for h, p in target.endpoints), silent_ms)
-            await self._fence_in_parts(target, result, leader_epoch)
-        except Exception:
-            log.exception("controller %d: probe of broker %d failed", self.node_id,
-                          target.broker_id)
-        finally:
-            with self._lock:
-                self.logic.heartbeats.end_probe(target.broker_id, target.started_ms)
-
-    async def _fence_in_parts(self, target: ProbeTarget, first: ControllerResult[None],
-                              leader_epoch: int) -> None:
-        """Commit the first part of a fencing, then the rest: a broker in more ISRs than one
-        batch holds is fenced in parts (ClusterControlManager.fence_records), on the same
-        evidence. Up to FENCE_PARTS_IN_FLIGHT parts are in flight: each next one is made from
-        the speculative image, which has the parts before it."""
-        started = time.monotonic()
-        in_flight: collections.deque[asyncio.Future[int]] = collections.deque()
-        parts, changes = 1, len(first.records)
-        try:
-            in_flight.append(self._start_commit(list(first.records), leader_epoch))
-            for _ in range(PROBE_FENCE_PARTS_MAX):
-                if len(in_flight) >= FENCE_PARTS_IN_FLIGHT:
-                    await in_flight.popleft()
-                if not self.active or self._leader_epoch != leader_epoch:
-                    return
-                with self._lock:
-                    result = self.logic.handle_broker_unreachable(
-                        target.broker_id, target.broker_epoch, target.started_ms, monotonic_ms())
-                if not result.records:
-                    break
-                in_flight.append(self._start_commit(list(result.records), leader_epoch))
-                parts, changes = parts + 1, changes + len(result.records)
-            while in_flight:
-                await in_flight.popleft()
-            log.info("controller %d fenced broker %d in %d parts (%d records) in %.0f ms",
-                     self.node_id, target.broker_id, parts, changes,
-                     (time.monotonic() - started) * 1000)
-        except (TimeoutError, ProposeError, ValueError) as e:
-            # ValueError: the quorum refused the batch (larger than batch_bytes_max); the
-            # speculative image already has it, so it is rebuilt by resigning too.
-            self._resign_after_failure(leader_epoch, f"fencing proposal failed: {e}")
-        finally:
-            # Left early (no longer the same active controller, a part failed, or stopping):
-            # later parts would fail with the first that did (their records expect its
-            # epochs), so they are dropped, and a finished one's error is taken, not leaked.
-            for part in in_flight:
-                if not part.done():
-                    part.cancel()
-                elif not part.cancelled():
-                    part.exception()
-
     def _on_metadata_stream_end(self, broker_id: int) -> None:
         """A broker's metadata stream to this controller ended: it may have died (a hint only:
         brokers also move to another controller), so probe it now rather than at the next
         tick after it fell silent."""
         if broker_id >= 0:
-            self._start_probes(hinted=(broker_id,))
-
-    def on_unreachable_reported(self, reporter: int, broker_ids: Sequence[int]) -> None:
-        """``reporter``'s heartbeat says it could not reach these brokers (a follower's fetch
-        connection to its leader failed): probe them now. A hint only, as a stream's end is:
-        the probe's own refused connects are the evidence, so a wrong report costs a probe
-        (spaced per broker, bounded in number), never a fencing. Read before the heartbeat
-        commits: that waits for the batches in flight."""
-        hinted = tuple(b for b in broker_ids[:UNREACHABLE_HINTS_MAX] if b != reporter)
-        if hinted:
-            self._start_probes(hinted=hinted)
+            self.prober.start(hinted=(broker_id,))
 
     def _update_metrics(self) -> None:
         m = self.metrics
@@ -714,58 +518,6 @@ class ControllerRuntime:
         return response
 
     # ----------------------------------------------------------- metadata stream
-    async def stream_metadata(
-        self, request: controller_pb2.FetchMetadataRequest, is_done: Callable[[], bool]
-    ) -> AsyncIterator[controller_pb2.FetchMetadataResponse]:
-        if request.cluster_id and request.cluster_id != self.cluster_id:
-            yield controller_pb2.FetchMetadataResponse(
-                error_code=ErrorCode.INCONSISTENT_CLUSTER_ID,
-                error_message=f"this controller quorum belongs to cluster {self.cluster_id}, "
-                f"not {request.cluster_id}")
-            return
-        next_offset = max(0, request.from_offset)
-        wake = asyncio.Event()
-        self._waiters.add(wake)
-        try:
-            while not is_done():
-                wake.clear()
-                response, next_offset = self._next_metadata_message(next_offset)
-                if response is not None:
-                    yield response
-                    continue
-                try:
-                    await asyncio.wait_for(wake.wait(), FETCH_METADATA_IDLE_MS / 1000)
-                except TimeoutError:
-                    with self._lock:
-                        committed = self.logic.committed_offset
-                    yield controller_pb2.FetchMetadataResponse(
-                        base_offset=next_offset, committed_offset=committed)
-        finally:
-            self._waiters.discard(wake)
-            self._on_metadata_stream_end(request.broker_id)
-
-    def _next_metadata_message(
-        self, next_offset: int
-    ) -> tuple[controller_pb2.FetchMetadataResponse | None, int]:
-        """The next message for a follower at ``next_offset``, or None when it is caught up."""
-        with self._lock:
-            committed = self.logic.committed_offset
-            if next_offset > committed:
-                return None, next_offset
-            batches = None
-            if next_offset >= self._tail.base_offset:
-                batches = self._tail.batches_from(next_offset, FETCH_METADATA_RECORDS_MAX)
-            if batches is None:  # older than the tail, or inside a batch: start from a snapshot
-                snap = self.logic.committed_snapshot()
-                after = snap.metadata_offset + 1
-                return controller_pb2.FetchMetadataResponse(
-                    snapshot=snap, base_offset=after, committed_offset=committed), after
-        records = [r for batch in batches for r in batch]
-        response = controller_pb2.FetchMetadataResponse(
-            records=records, base_offset=next_offset, committed_offset=committed,
-            batch_record_counts=[len(b) for b in batches])
-        return response, next_offset + len(records)
-
     # ----------------------------------------------------------- lifecycle
     def _on_quorum_failure(self, error: BaseException) -> None:
         """On the Raft thread, once the quorum has stopped after a failure."""
@@ -778,7 +530,7 @@ class ControllerRuntime:
             self.failure = self.quorum.failure
             self.stopping.set()
         with self._lock:
-            self._tail.reset(self.logic.committed_offset + 1)
+            self.streamer.tail.reset(self.logic.committed_offset + 1)
         self.quorum.on_leadership_change(
             lambda is_leader, epoch: self._call_in_loop(self._on_leadership_change, is_leader,
                                                         epoch))
@@ -801,35 +553,3 @@ class ControllerRuntime:
 
 def _error(response_type: type[Any], request: Any, code: int, message: str) -> Any:
     return error_response(response_type, request, error_for_code(code, message))
-
-
-async def _all_refused(endpoints: tuple[tuple[str, int], ...]) -> bool:
-    """Whether every address of every endpoint refused a TCP connect (ECONNREFUSED: nothing
-    listens there). Any other outcome (accepted, a timeout, unreachable, a failed lookup) is no
-    evidence of death, so False; stops at the first such address."""
-    for host, port in endpoints:
-        if not await _refused(host, port):
-            return False
-    return bool(endpoints)
-
-
-async def _refused(host: str, port: int) -> bool:
-    loop = asyncio.get_running_loop()
-    try:
-        addresses = await asyncio.wait_for(
-            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), PROBE_CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError):
-        return False
-    for family, kind, proto, _, address in addresses:
-        sock = socket.socket(family, kind, proto)
-        sock.setblocking(False)
-        try:
-            await asyncio.wait_for(loop.sock_connect(sock, address), PROBE_CONNECT_TIMEOUT_S)
-        except ConnectionRefusedError:
-            continue
-        except (OSError, TimeoutError):
-            return False
-        finally:
-            sock.close()
-        return False  # accepted: something listens
-    return bool(addresses)

@@ -61,8 +61,8 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
     async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> Any:
         await self._check_broker_id(request.broker_id, context)
         if request.unreachable_brokers:
-            self.rt.on_unreachable_reported(request.broker_id,
-                                            list(request.unreachable_brokers))
+            self.rt.prober.on_unreachable_reported(request.broker_id,
+                                                   list(request.unreachable_brokers))
         return await self._write(self.logic.handle_broker_heartbeat, request,
                                  pb.BrokerHeartbeatResponse)
 
@@ -116,7 +116,7 @@ class ControllerService(controller_pb2_grpc.ControllerServiceServicer):
 
     async def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> Any:
         await self._check_broker_id(request.broker_id, context)
-        async for response in self.rt.stream_metadata(request, context.cancelled):
+        async for response in self.rt.streamer.stream(request, context.cancelled):
             yield response
 
 

@@ -4,18 +4,23 @@
 ``cluster.id``, ``node.id``) atomically; ``check_data_dir`` reads it back and refuses a directory
 that is unformatted or belongs to another cluster or node, so a misconfigured node can never mix
 its data with another's. Controllers and brokers both call it before opening their stores, so this
-module does no more than files (no RocksDB here).
+module does no more than files (no RocksDB here). It also keeps a controller's bootstrap records
+(``bootstrap.records``: tidelog/metadata/bootstrap.py says what they are).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.errors import InconsistentClusterIdError, KafkaStorageErrorError
+from tidelog.errors import InconsistentClusterIdError, InvalidConfigError, KafkaStorageErrorError
+from tidelog.metadata.bootstrap import decode_bootstrap, encode_bootstrap
+from tidelog.v1 import metadata_pb2
 
 __all__ = [
+    "BOOTSTRAP_FILE_NAME",
     "META_FILE_NAME",
     "DataDirError",
     "DataDirMeta",
@@ -23,9 +28,12 @@ __all__ = [
     "UnformattedDataDirError",
     "check_data_dir",
     "format_data_dir",
+    "read_bootstrap",
+    "write_bootstrap",
 ]
 
 META_FILE_NAME = "meta.properties"
+BOOTSTRAP_FILE_NAME = "bootstrap.records"
 META_VERSION = 1
 #: meta.properties is a few lines; anything larger is not ours.
 META_FILE_BYTES_MAX = 4096
@@ -174,3 +182,29 @@ def _write_atomically(target: Path, content: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_bootstrap(data_dir: Path | str, records: Sequence[metadata_pb2.MetadataRecord]) -> Path:
+    """Keep ``records`` in ``data_dir`` for the first active controller (mode 0600, written
+    atomically)."""
+    path = Path(data_dir) / BOOTSTRAP_FILE_NAME
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(encode_bootstrap(records))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_bootstrap(data_dir: Path | str) -> list[metadata_pb2.MetadataRecord]:
+    """The bootstrap records kept in ``data_dir`` (none when there is no file)."""
+    path = Path(data_dir) / BOOTSTRAP_FILE_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise InvalidConfigError(f"cannot read {path}: {e.strerror}") from None
+    return decode_bootstrap(data, str(path))

@@ -21,8 +21,8 @@ __all__ = [
     "FENCE_BATCH_RECORDS_SOFT_MAX",
     "FENCE_CHANGES_PER_BATCH_MAX",
     "TOPICS_PER_REQUEST_MAX",
-    "ControllerConfig",
     "ErrorFields",
+    "LogicConfig",
     "check_broker_epoch",
     "error_code",
     "error_response",
@@ -63,8 +63,10 @@ check(CONFIG_OPS_PER_RESOURCE_MAX >= 12, "at least every topic config once")
 
 
 @dataclass(frozen=True, slots=True)
-class ControllerConfig:
-    """The controller settings the managers use; defaults are Kafka's."""
+class LogicConfig:
+    """The settings of ControllerLogic and its managers; defaults are Kafka's. (The node
+    config's [controller] table is tidelog.config.ControllerConfig; the runtime maps one onto
+    the other.)"""
 
     #: broker.session.timeout.ms: a broker without a heartbeat for longer is fenced.
     broker_session_timeout_ms: int = 9000

@@ -8,7 +8,7 @@ overlap even across controller failovers.
 
 from __future__ import annotations
 
-from tidelog.controller.managers.common import ControllerConfig, check_broker_epoch, set_error
+from tidelog.controller.managers.common import LogicConfig, check_broker_epoch, set_error
 from tidelog.errors import TidelogError, UnknownServerError
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import metadata_record
@@ -23,7 +23,7 @@ PRODUCER_ID_MAX = 2**63 - 1
 class ProducerIdControlManager:
     """Hands out producer id blocks."""
 
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: LogicConfig) -> None:
         self._block_size = config.producer_id_block_size
 
     def allocate_producer_ids(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from tidelog import configs, limits
 from tidelog.controller.managers.common import (
     TOPICS_PER_REQUEST_MAX,
-    ControllerConfig,
+    LogicConfig,
     check_broker_epoch,
     set_error,
 )
@@ -81,7 +81,7 @@ class _TopicPlan:
 class ReplicationControlManager:
     """Topics, partitions, placement, leader election and ISR changes."""
 
-    def __init__(self, config: ControllerConfig, rng: random.Random) -> None:
+    def __init__(self, config: LogicConfig, rng: random.Random) -> None:
         self._config = config
         self._rng = rng
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from tidelog import config as node_config
 from tidelog.controller.control import ControllerLogic, ControllerResult, ReplayOutcome
-from tidelog.controller.managers.common import ControllerConfig
+from tidelog.controller.managers.common import LogicConfig
 from tidelog.local_cluster import free_ports
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
@@ -92,8 +92,8 @@ class TestCluster:
 
     seed: int = 0
     autocommit: bool = True
-    config: ControllerConfig = field(
-        default_factory=lambda: ControllerConfig(broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+    config: LogicConfig = field(
+        default_factory=lambda: LogicConfig(broker_session_timeout_ms=SESSION_TIMEOUT_MS)
     )
     now_ms: int = 1_000_000
     logic: ControllerLogic = field(init=False)

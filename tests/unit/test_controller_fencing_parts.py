@@ -1,4 +1,4 @@
-"""A dead broker fenced in parts by the controller runtime (controller/runtime.py,
+"""A dead broker fenced in parts by the active controller's prober (controller/broker_prober.py,
 ``_fence_in_parts``), on a real one-voter quorum.
 
 What it checks: a broker whose listeners refuse connections, in more partitions than one
@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 from controller_testkit import RuntimeDriver, create_topic, one_voter_runtime, register_request
 
+from tidelog.controller.broker_prober import FENCE_PARTS_IN_FLIGHT
 from tidelog.controller.control import ControllerResult
 from tidelog.controller.managers import cluster_control
-from tidelog.controller.runtime import FENCE_PARTS_IN_FLIGHT, ControllerRuntime
+from tidelog.controller.runtime import ControllerRuntime
 from tidelog.local_cluster import free_ports
 from tidelog.metadata.image import MetadataImage
 from tidelog.v1 import controller_pb2 as cpb

@@ -1,6 +1,6 @@
 """A broker reported unreachable by another broker's heartbeat is probed at once, and fenced when
 every listener refuses (controller/service.py BrokerHeartbeat -> ControllerRuntime
-.on_unreachable_reported -> the probe of controller/runtime.py).
+.on_unreachable_reported -> the probe of controller/broker_prober.py).
 
 Why: a dead broker whose metadata stream went to a standby controller ends no stream on the
 active one, which then waited for the 2.5 s of silence before probing (a 30,000-partition kill -9
@@ -104,7 +104,7 @@ async def _report_on_a_one_voter_quorum(tmp_path: Path) -> None:
         response = await service.BrokerHeartbeat(heartbeat_request(2, 3, 2), _Context())
         assert response.error_code == 0, response
         deadline = time.monotonic() + WAIT_S
-        while runtime._probes:  # the probe of broker 3 ends, without a fencing
+        while runtime.prober.in_flight:  # the probe of broker 3 ends, without a fencing
             assert time.monotonic() < deadline, "the probe of broker 3 did not end"
             await asyncio.sleep(0.02)
         assert not fenced(3) and not fenced(2)
@@ -147,7 +147,7 @@ async def _dying_on_a_one_voter_quorum(tmp_path: Path) -> None:
         # millisecond is not newer: a report right after it (10% of runs here) found the
         # broker "heard from since the probe started". In life the report comes later.
         await asyncio.sleep(0.005)
-        runtime.on_unreachable_reported(2, [1])
+        runtime.prober.on_unreachable_reported(2, [1])
         await asyncio.sleep(0.02)  # the probe's first connect is accepted...
         dying.close()  # ...then the process's last sockets close
         deadline = time.monotonic() + WAIT_S
@@ -196,7 +196,7 @@ async def _activation_on_a_one_voter_quorum(tmp_path: Path) -> None:
         topic = runtime.logic.committed_image.topics.get("t")
         assert topic is not None
         assert all(p.leader == 2 and p.isr == (2,) for p in topic.partitions.values())
-        while runtime._probes:  # broker 2's probe (accepted, looked at twice) ends
+        while runtime.prober.in_flight:  # broker 2's probe (accepted, looked at twice) ends
             assert time.monotonic() < deadline, "the probe of broker 2 did not end"
             await asyncio.sleep(0.02)
         assert not fenced(2)

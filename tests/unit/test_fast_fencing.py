@@ -13,8 +13,8 @@ import socket
 import pytest
 
 from tidelog.config import parse_config
+from tidelog.controller.broker_prober import all_refused
 from tidelog.controller.managers.broker_heartbeats import PROBE_INTERVAL_MS, BrokerHeartbeatTracker
-from tidelog.controller.runtime import _all_refused
 from tidelog.errors import InvalidConfigError
 
 
@@ -31,15 +31,15 @@ def test_refused_only_when_every_listener_refuses() -> None:
         listening = server.sockets[0].getsockname()[1]
         closed = _closed_port()
         try:
-            assert await _all_refused((("127.0.0.1", closed),))
-            assert await _all_refused((("127.0.0.1", closed), ("127.0.0.1", _closed_port())))
+            assert await all_refused((("127.0.0.1", closed),))
+            assert await all_refused((("127.0.0.1", closed), ("127.0.0.1", _closed_port())))
             # One listener still accepts: the process lives (stalled, or one listener down).
-            assert not await _all_refused((("127.0.0.1", listening),))
-            assert not await _all_refused((("127.0.0.1", closed), ("127.0.0.1", listening)))
-            assert not await _all_refused((("127.0.0.1", listening), ("127.0.0.1", closed)))
+            assert not await all_refused((("127.0.0.1", listening),))
+            assert not await all_refused((("127.0.0.1", closed), ("127.0.0.1", listening)))
+            assert not await all_refused((("127.0.0.1", listening), ("127.0.0.1", closed)))
             # A name that does not resolve, or nothing to probe: no evidence.
-            assert not await _all_refused((("no-such-host.invalid", closed),))
-            assert not await _all_refused(())
+            assert not await all_refused((("no-such-host.invalid", closed),))
+            assert not await all_refused(())
         finally:
             server.close()
             await server.wait_closed()
@@ -54,7 +54,7 @@ def test_a_stopped_process_still_accepts_connects() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         port = listener.getsockname()[1]
-        assert not asyncio.run(_all_refused((("127.0.0.1", port),)))
+        assert not asyncio.run(all_refused((("127.0.0.1", port),)))
 
 
 def test_probe_bookkeeping() -> None:

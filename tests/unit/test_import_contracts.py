@@ -11,6 +11,9 @@
   CLI's server command may import them lazily, inside a function.
 * Nothing in production code imports chaos/ (fault injection is for tests and users' runs),
   except the CLI's ``tidelog chaos`` commands (tidelog/cli/chaos.py), lazily, inside a function.
+* The pure rooms (the metadata images and their replay, the controller's managers and logic,
+  the replication core, the chaos checkers: what the simulations and golden files drive) import
+  no I/O, thread or clock module: files, sockets and time are the shells' business.
 * A package's ``_``-prefixed modules are its own: no other package imports them (the CLI, Spark
   and the node use what tidelog.client exports); chaos/ (a user of the cluster, like any
   client) imports nothing of broker/ or controller/.
@@ -59,6 +62,11 @@ class Import:
     name: str = ""
 
 
+#: Pure rooms and the modules they may not import (I/O, threads, clocks, processes).
+PURE = ("tidelog/metadata/", "controller/managers/", "controller/control.py",
+        "broker/replication/", "chaos/checkers/")
+IMPURE_MODULES = frozenset({"os", "pathlib", "io", "socket", "shutil", "subprocess", "asyncio",
+                            "threading", "time", "tempfile", "select", "signal"})
 #: Where each of PRODUCTION is imported from: tidelog.broker is the broker/ folder (setup.py).
 MAPPED = {"tidelog.broker": "broker", "tidelog.controller": "controller",
           "tidelog.chaos": "chaos"}
@@ -146,6 +154,9 @@ def violations(imports: list[Import]) -> list[str]:
             if not lazy_ok:
                 problems.append(f"{where}: tidelog/ imports {imp.module}/ (clients import "
                                 f"tidelog; only the node runner may, inside a function)")
+        if imp.path.startswith(PURE) and imp.module in IMPURE_MODULES:
+            problems.append(f"{where} imports {imp.module}: {imp.path} is pure (no I/O, "
+                            f"threads or clocks; the shell around it does that)")
         owner = private_owner(imp.name)
         here = importer_package(imp.path)
         if owner and owner.startswith("tidelog") and here != owner \
@@ -196,6 +207,8 @@ def test_the_production_code_keeps_the_import_contracts() -> None:
      "a private module of tidelog.broker.group"),
     ("chaos/workload/x.py", "from tidelog.broker.storage import Storage\n",
      "chaos/ imports broker/"),
+    ("tidelog/metadata/bootstrap.py", "import os\n", "tidelog/metadata/bootstrap.py is pure"),
+    ("broker/replication/core.py", "from time import monotonic\n", "is pure"),
 ])
 def test_each_rule_catches_its_violation(path: str, source: str, rule: str) -> None:
     """The checker itself: each rule fires on a file that breaks it (so the contract test

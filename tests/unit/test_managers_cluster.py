@@ -407,9 +407,9 @@ def test_leaderships_go_back_to_preferred_replicas_every_check_interval(
 
 
 def test_no_leader_rebalance_when_the_check_is_off() -> None:
-    from tidelog.controller.managers.common import ControllerConfig
+    from tidelog.controller.managers.common import LogicConfig
 
-    cluster = TestCluster(config=ControllerConfig(leader_imbalance_check_interval_ms=0))
+    cluster = TestCluster(config=LogicConfig(leader_imbalance_check_interval_ms=0))
     cluster.activate()
     cluster.add_brokers([1, 2])
     cluster.create_topics(create_topic("t", assignments=[[1, 2]]))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from controller_testkit import TestCluster
 
-from tidelog.controller.managers.common import ControllerConfig
+from tidelog.controller.managers.common import LogicConfig
 from tidelog.controller.managers.producer_id_control import (
     PRODUCER_ID_MAX,
     ProducerIdControlManager,
@@ -54,7 +54,7 @@ def test_exhaustion() -> None:
     cluster = TestCluster()
     cluster.activate()
     cluster.register(1)
-    manager = ProducerIdControlManager(ControllerConfig())
+    manager = ProducerIdControlManager(LogicConfig())
     image = cluster.logic.image
     nearly_full = replace(image, producer_ids=ProducerIdsImage(PRODUCER_ID_MAX - 10))
     request = controller_pb2.AllocateProducerIdsRequest(broker_id=1, broker_epoch=1)

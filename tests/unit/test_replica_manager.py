@@ -498,7 +498,7 @@ def test_a_diverged_follower_truncates_to_the_new_leader(base: Path) -> None:
 def test_followers_report_a_leader_they_cannot_reach_once_per_run_of_failures(
         base: Path) -> None:
     # What the broker's heartbeat then carries (unreachable_brokers), so the active controller
-    # probes a dead leader at once (controller.runtime.on_unreachable_reported).
+    # probes a dead leader at once (controller/broker_prober.py, on_unreachable_reported).
     async def body(c: Cluster) -> None:
         await c.start_all()
         c.create_topic("t", [[1, 2, 3]])

@@ -12,13 +12,9 @@ import pytest
 
 from tidelog import scram
 from tidelog.controller.control import ControllerLogic
+from tidelog.data_dir import read_bootstrap, write_bootstrap
 from tidelog.errors import InvalidConfigError
-from tidelog.metadata.bootstrap import (
-    parse_add_scram,
-    read_bootstrap,
-    scram_records,
-    write_bootstrap,
-)
+from tidelog.metadata.bootstrap import parse_add_scram, scram_records
 from tidelog.metadata.delta import MetadataDelta, apply_records
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import image_to_snapshot, metadata_record

@@ -90,9 +90,9 @@ def broker_credential_cmd(secret_file: str, broker_id: int, out_path: str) -> No
 def format_cmd(config_path: str | None, data_dir: str | None, node_id: int | None,
                cluster_id: str, ignore_formatted: bool, add_scram: tuple[str, ...]) -> None:
     """Format a node's data directory with a cluster id and node id (once, before first start)."""
-    from tidelog.data_dir import format_data_dir
+    from tidelog.data_dir import format_data_dir, write_bootstrap
     from tidelog.errors import InvalidConfigError
-    from tidelog.metadata.bootstrap import parse_add_scram, scram_records, write_bootstrap
+    from tidelog.metadata.bootstrap import parse_add_scram, scram_records
 
     try:
         users = [parse_add_scram(text) for text in add_scram]

@@ -5,7 +5,8 @@ The first user of a cluster that refuses anonymous clients has to come from some
 could call AlterUserScramCredentials before a user exists. So ``tidelog storage format
 --add-scram 'SCRAM-SHA-256=[name=admin,password=...]'`` salts the password at format time and
 keeps the resulting records in the controller's data dir (``bootstrap.records``, mode 0600: a
-salted password is still worth guessing at). The active controller proposes them only while the
+salted password is still worth guessing at; tidelog.data_dir writes and reads the file, this
+module is pure). The active controller proposes them only while the
 committed image is blank (nothing but NoOps ever committed), so they land once, in a new cluster,
 and a later deletion of that user is not undone by a failover. Upserts are idempotent, so two
 controllers formatted with the same users (different salts) cannot conflict: the first to lead
@@ -14,12 +15,10 @@ wins.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from tidelog import scram
 from tidelog.errors import InvalidConfigError
@@ -27,10 +26,9 @@ from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import metadata_record
 from tidelog.v1 import metadata_pb2
 
-__all__ = ["BOOTSTRAP_FILE_NAME", "ScramBootstrap", "is_blank", "parse_add_scram",
-           "read_bootstrap", "scram_records", "write_bootstrap"]
+__all__ = ["ScramBootstrap", "decode_bootstrap", "encode_bootstrap", "is_blank",
+           "parse_add_scram", "scram_records"]
 
-BOOTSTRAP_FILE_NAME = "bootstrap.records"
 _ADD_SCRAM = re.compile(r"^(?P<mechanism>[A-Za-z0-9-]+)=\[(?P<fields>.*)\]$")
 
 
@@ -100,37 +98,22 @@ def scram_records(users: Sequence[ScramBootstrap]) -> list[metadata_pb2.Metadata
     return records
 
 
-def write_bootstrap(data_dir: Path | str, records: Sequence[metadata_pb2.MetadataRecord]) -> Path:
-    """Keep ``records`` in ``data_dir`` for the first active controller (mode 0600)."""
-    path = Path(data_dir) / BOOTSTRAP_FILE_NAME
-    batch = metadata_pb2.MetadataRecordBatch(records=list(records))
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(batch.SerializeToString())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+def encode_bootstrap(records: Sequence[metadata_pb2.MetadataRecord]) -> bytes:
+    """The bytes of a bootstrap file (tidelog.data_dir writes and reads it)."""
+    return metadata_pb2.MetadataRecordBatch(records=list(records)).SerializeToString()
 
 
-def read_bootstrap(data_dir: Path | str) -> list[metadata_pb2.MetadataRecord]:
-    """The bootstrap records kept in ``data_dir`` (none when there is no file)."""
-    path = Path(data_dir) / BOOTSTRAP_FILE_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise InvalidConfigError(f"cannot read {path}: {e.strerror}") from None
+def decode_bootstrap(data: bytes, source: str) -> list[metadata_pb2.MetadataRecord]:
+    """The records of a bootstrap file's bytes; InvalidConfigError naming ``source`` when they
+    do not parse or hold anything but SCRAM credentials."""
     batch = metadata_pb2.MetadataRecordBatch()
     try:
         batch.ParseFromString(data)
     except Exception as e:  # protobuf's DecodeError, whatever its class
-        raise InvalidConfigError(f"{path} does not parse: {e}") from None
+        raise InvalidConfigError(f"{source} does not parse: {e}") from None
     kinds = {r.WhichOneof("record") for r in batch.records}
     if not kinds <= {"user_scram_credential"}:
-        raise InvalidConfigError(f"{path} holds records other than SCRAM credentials: "
+        raise InvalidConfigError(f"{source} holds records other than SCRAM credentials: "
                                  f"{', '.join(sorted(k or '?' for k in kinds))}")
     return list(batch.records)
 
