@@ -104,6 +104,11 @@ class BrokerProber:
             self._probes.add(task)
             task.add_done_callback(self._probes.discard)
 
+    def cancel(self) -> None:
+        """Stop every probe in flight (the controller is stopping)."""
+        for task in self._probes:
+            task.cancel()
+
     def on_unreachable_reported(self, reporter: int, broker_ids: Sequence[int]) -> None:
         """``reporter``'s heartbeat says it could not reach these brokers (a follower's fetch
         connection to its leader failed): probe them now. A hint only, as a stream's end is:

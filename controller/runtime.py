@@ -537,8 +537,9 @@ class ControllerRuntime:
         self._tasks.append(asyncio.ensure_future(self.run_periodic()))
 
     async def stop(self) -> None:
-        for t in [*self._tasks, *self._probes]:
+        for t in self._tasks:
             t.cancel()
+        self.prober.cancel()
         self._leader_epoch = -1
         self._resign("stopping")
         await asyncio.get_running_loop().run_in_executor(None, self.quorum.close)

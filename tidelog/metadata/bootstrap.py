@@ -100,7 +100,8 @@ def scram_records(users: Sequence[ScramBootstrap]) -> list[metadata_pb2.Metadata
 
 def encode_bootstrap(records: Sequence[metadata_pb2.MetadataRecord]) -> bytes:
     """The bytes of a bootstrap file (tidelog.data_dir writes and reads it)."""
-    return metadata_pb2.MetadataRecordBatch(records=list(records)).SerializeToString()
+    data: bytes = metadata_pb2.MetadataRecordBatch(records=list(records)).SerializeToString()
+    return data
 
 
 def decode_bootstrap(data: bytes, source: str) -> list[metadata_pb2.MetadataRecord]:
