@@ -279,7 +279,7 @@ class ControllerClient:
             channel = self._channel_factory.aio(endpoint.address, CHANNEL_OPTIONS,
                                                 interceptors=self._interceptors)
             self._channels[voter_id] = channel
-            stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = controller_pb2_grpc.ControllerServiceStub(channel)
             self._stubs[voter_id] = stub
         return stub
 

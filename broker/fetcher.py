@@ -160,7 +160,7 @@ class _Leader:
         self.channel = channels.aio(address, CHANNEL_OPTIONS)
         # The leader's inter-broker listener refuses (UNAUTHENTICATED) a fetch without our
         # credential: GrpcReplicaTransport sends it with every call and stream.
-        self.stub = broker_pb2_grpc.ReplicaServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.stub = broker_pb2_grpc.ReplicaServiceStub(self.channel)
         self.open_stream = self.channel.stream_stream(
             REPLICA_FETCH_STREAM_METHOD, request_serializer=pb.FetchRequest.SerializeToString,
             response_deserializer=pb.FetchResponse.FromString)

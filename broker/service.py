@@ -30,7 +30,7 @@ from tidelog.broker.handlers.consumer_session import ConsumerFetchSession
 from tidelog.broker.handlers.groups import client_identity
 from tidelog.broker.handlers.metadata import TopicMetadataCache, metadata_response
 from tidelog.broker.runtime import BrokerRuntime
-from tidelog.broker.stream_limits import StreamLimits, serve_bounded
+from tidelog.broker.stream_limits import ByteSized, StreamLimits, serve_bounded
 from tidelog.metadata.image import MetadataImage
 from tidelog.peer_auth import authenticated_broker_id
 from tidelog.v1 import broker_pb2 as pb
@@ -39,8 +39,8 @@ from tidelog.v1 import controller_pb2 as cpb
 from tidelog.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger("tidelog.broker")
-Q = TypeVar("Q")
-A = TypeVar("A")
+Q = TypeVar("Q", bound=ByteSized)
+A = TypeVar("A", bound=ByteSized)
 #: Who a call is when authorisation is off (never looked at then).
 NOBODY = Who(ANONYMOUS, "")
 
@@ -65,7 +65,7 @@ def describe_scram_users(image: MetadataImage,
             result.error_message = f"user {user!r} has no SCRAM credentials"
             continue
         for c in credentials:
-            result.credential_infos.add(mechanism=c.mechanism,  # type: ignore[arg-type]
+            result.credential_infos.add(mechanism=c.mechanism,
                                         iterations=c.iterations)
     return response
 
@@ -189,7 +189,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                            context: Any) -> pb.DescribeAclsResponse:
         refusal = self.checks.admin(self._who(context), "DescribeAcls", request)
         if refusal is not None:
-            return refused_admin_response("DescribeAcls", refusal)
+            refused: pb.DescribeAclsResponse = refused_admin_response("DescribeAcls", refusal)
+            return refused
         wanted = filter_from_proto(request.filter)
         return pb.DescribeAclsResponse(bindings=[
             binding_to_proto(b) for b in self.rt.listener.image.acls.bindings()

@@ -31,15 +31,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-__all__ = ["StreamLimits", "serve_bounded"]
+__all__ = ["ByteSized", "StreamLimits", "serve_bounded"]
 
 
-class _Sized(Protocol):
+class ByteSized(Protocol):
+    """A protobuf message, as far as the bounds need one: its encoded size."""
+
     def ByteSize(self) -> int: ...
 
 
-Req = TypeVar("Req", bound=_Sized)
-Resp = TypeVar("Resp", bound=_Sized)
+Req = TypeVar("Req", bound=ByteSized)
+Resp = TypeVar("Resp", bound=ByteSized)
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,7 +186,7 @@ class ScramAuth:
             user=self.username, mechanism=ScramMechanism.Name(self.mechanism.value))
         try:
             with self._dial(address, _DIAL_OPTIONS) as channel:
-                response = BrokerServiceStub(channel).ScramSalt(  # type: ignore[no-untyped-call]
+                response = BrokerServiceStub(channel).ScramSalt(
                     request, timeout=self._timeout_s)
         except grpc.RpcError as e:
             raise _salt_rpc_error(e, self._timeout_s) from None

@@ -41,7 +41,7 @@ def active_controller(cluster: LocalCluster, *, timeout_s: float = DESCRIBE_TIME
         if not cluster.is_running(spec.name):
             continue
         with cluster.peer_channel(f"{spec.host}:{spec.controller_port}") as channel:
-            stub = controller_pb2_grpc.ControllerServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = controller_pb2_grpc.ControllerServiceStub(channel)
             try:
                 answer = stub.DescribeQuorum(controller_pb2.DescribeQuorumRequest(),
                                              timeout=timeout_s)

@@ -239,7 +239,7 @@ def profile() -> dict[str, str]:
     return dict(table)
 
 
-def client_options() -> dict[str, str]:
+def client_options() -> dict[str, Any]:
     """The profile's security options, for Producer, Consumer and Admin."""
     from tidelog.errors import InvalidConfigError
     from tidelog.tls import ClientSecurity

@@ -63,11 +63,12 @@ def init(out_dir: str, nodes: tuple[str, ...], clients: tuple[str, ...], days: i
         _write(out / "ca.key", ca.key_pem, private=True)
         _write(out / "ca.crt", ca.cert_pem)
         click.echo(f"made a CA: {out / 'ca.crt'} (keep {out / 'ca.key'} safe)")
-    for name, hosts in wanted:
-        cert = issue(ca, name, hosts=hosts, days=days)
+    for name, node_hosts in wanted:
+        cert = issue(ca, name, hosts=node_hosts, days=days)
         _write(out / f"{name}.key", cert.key_pem, private=True)
         _write(out / f"{name}.crt", cert.cert_pem)
-        click.echo(f"issued {out / name}.crt" + (f" for {', '.join(hosts)}" if hosts else ""))
+        click.echo(f"issued {out / name}.crt"
+                   + (f" for {', '.join(node_hosts)}" if node_hosts else ""))
 
 
 def _write(path: Path, data: bytes, *, private: bool = False) -> None:

@@ -389,7 +389,7 @@ class Connections:
                 ],
             )
             self._channels[address] = channel
-            stub = self._stubs[address] = BrokerServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = self._stubs[address] = BrokerServiceStub(channel)
         return stub
 
     async def call(self, address: str, method: str, request: Any, *, timeout_ms: int) -> Any:
