@@ -120,4 +120,4 @@ stop: $(STAMP)
 	$(PY) -m tidelog.cli cluster down --dir .tidelog/run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .typecheck

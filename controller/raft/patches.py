@@ -25,6 +25,7 @@ import collections
 import gzip
 import hashlib
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,7 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
         self.tl_counts: collections.Counter[str] = collections.Counter()
         self._tl_fast: FastElection | None = None
         self._tl_leader_heard_at = 0.0
+        self._tl_vote_asked_at = -math.inf  # a request_vote of the current term or later
         super().__init__(selfNode, otherNodes, conf, **kwargs)
         if fast_election_stagger_s is not None and self._SyncObj__selfNode is not None:
             self._tl_fast = FastElection(
@@ -289,14 +291,20 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
                 "last_log_term": log[-1][2]})
 
     def _tl_has_live_leader(self) -> bool:
-        """Whether this node hears a leader: connected to it and heard from it within the
-        minimum election timeout (Raft thesis §9.6's pre-vote condition, with the closed
-        connection as the evidence that lets a survivor answer at once)."""
+        """Whether this node hears a leader, or an election is under way: connected to its
+        leader and heard from it within the minimum election timeout (Raft thesis §9.6's
+        pre-vote condition, with the closed connection as the evidence that lets a survivor
+        answer at once), or asked for a vote within that time. The second covers the first
+        moments of a new term, when a voter has voted but not yet heard the new leader: a
+        follower whose connection to that leader reset then must not win (seen under load)."""
+        now = syncobj_module.monotonicTime()
+        min_timeout = self._SyncObj__conf.raftMinTimeout
+        if now - self._tl_vote_asked_at < min_timeout:
+            return True
         leader = self._SyncObj__raftLeader
         if leader is None or leader not in self._SyncObj__connectedNodes:
             return False
-        silent_s = syncobj_module.monotonicTime() - self._tl_leader_heard_at
-        return bool(silent_s < self._SyncObj__conf.raftMinTimeout)
+        return bool(now - self._tl_leader_heard_at < min_timeout)
 
     def _tl_on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
         log = self._SyncObj__raftLog
@@ -374,6 +382,8 @@ class _PatchedSyncObj(SyncObj):  # type: ignore[misc]
             if self._SyncObj__raftState == _STATE_LEADER:
                 self._tl_on_next_node_idx(node, message)
         else:
+            if kind == "request_vote" and message["term"] >= self._SyncObj__raftCurrentTerm:
+                self._tl_vote_asked_at = syncobj_module.monotonicTime()  # see _tl_has_live_leader
             SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     # --- follower

@@ -744,8 +744,14 @@ def test_a_restart_between_a_snapshot_and_its_compaction_keeps_the_journal(
 #: Election timeouts far longer than anything these tests wait for: a new leader can then only
 #: come from the fast path (a pre-vote when the leader's connection ends), never from a
 #: timeout, whatever the machine's load.
-SLOW_TIMEOUTS = RaftSettings(election_timeout_min_s=3.0, election_timeout_max_s=4.0,
-                             connection_timeout_s=4.0)
+SLOW_TIMEOUTS = RaftSettings(election_timeout_min_s=2.0, election_timeout_max_s=3.0,
+                             connection_timeout_s=3.0)
+
+
+def wait_followers(quorums: list[RaftQuorum], leader: RaftQuorum) -> None:
+    """Until every other voter names ``leader`` (a follower learns it from its first append)."""
+    wait_for(lambda: all(q.leader_address() == leader.self_address for q in quorums),
+             "every voter to follow the leader")
 
 
 def test_a_closed_leaders_survivors_elect_through_a_pre_vote(cluster: Cluster) -> None:
@@ -755,6 +761,10 @@ def test_a_closed_leaders_survivors_elect_through_a_pre_vote(cluster: Cluster) -
     leader = wait_leader(quorums)
     epoch = leader.leader_epoch
     propose_all(leader, [b"before"])
+    wait_followers(quorums, leader)
+    # Voters refuse pre-votes for the minimum election timeout after a vote was asked of them
+    # (patches.py, _tl_has_live_leader): the leader dies once that is over.
+    time.sleep(SLOW_TIMEOUTS.election_timeout_min_s + 0.1)
     leader.close()
     survivors = [q for q in quorums if q is not leader]
     new_leader = wait_leader(survivors)
@@ -789,6 +799,8 @@ def test_a_follower_that_loses_only_its_own_connection_disrupts_nothing(
                     and obj._tl_leader_heard_at > since)
 
     for i in range(3):
+        wait_followers(quorums, leader)
+        wait_for(lambda: back_on_the_leader(0.0), "the follower connected to the leader")
         before = rounds()
         connection = obj._SyncObj__transport._connections[obj._SyncObj__raftLeader]
         reset_at = time.monotonic()
