@@ -81,6 +81,10 @@ class FastElection:
         survivors = [v for v in self._voters if v != leader_id]
         if self._self_id not in survivors:
             return
+        if self._ask_at is not None or self._asking_term is not None:
+            # Rounds for this loss are under way: another connection object to the same
+            # dead leader reporting its end (seen: two in one millisecond) changes nothing.
+            return
         self._ask_at = now + survivors.index(self._self_id) * self._stagger_s
         #: A round without a majority is asked again after every survivor had its turn (a
         #: voter may not have seen the leader's connection end yet), until a leader is heard

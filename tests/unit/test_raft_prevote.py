@@ -102,3 +102,14 @@ def test_a_node_that_was_the_leader_plans_nothing() -> None:
 def test_a_node_must_be_a_voter() -> None:
     with pytest.raises(ValueError, match="not among the voters"):
         FastElection(self_id="x:1", voters=VOTERS, stagger_s=0.05)
+
+
+def test_a_second_report_of_the_same_loss_keeps_the_rounds_under_way() -> None:
+    """Two connection objects to the dead leader may both report its end: the round already
+    asked keeps its answers, and the schedule does not move."""
+    node = FastElection(self_id="c:1", voters=VOTERS, stagger_s=0.05)  # second survivor
+    node.on_leader_disconnected("b:1", now=0.0)
+    node.on_leader_disconnected("b:1", now=0.04)
+    assert node.due(0.05, current_term=7) == 8  # not pushed back to 0.09
+    node.on_leader_disconnected("b:1", now=0.051)
+    assert node.on_response("a:1", term=8, granted=True)
