@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tidelog.metadata.delta_journal import UndoJournal, require
+from tidelog.metadata.delta_journal import UndoJournal, overlaid, require
 from tidelog.metadata.image import (
     CREDENTIAL_VERIFIER_BYTES,
     TOPIC_ID_BYTES,
@@ -123,13 +123,7 @@ class ClusterDelta:
     def apply(self) -> ClusterImage:
         if not self._brokers:
             return self._image
-        brokers = dict(self._image.brokers)
-        for broker_id, registration in self._brokers.items():
-            if registration is None:
-                brokers.pop(broker_id, None)
-            else:
-                brokers[broker_id] = registration
-        return ClusterImage(frozen_mapping(brokers))
+        return ClusterImage(frozen_mapping(overlaid(self._image.brokers, self._brokers)))
 
 
 class ProducerIdsDelta:

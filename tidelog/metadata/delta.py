@@ -214,13 +214,6 @@ check(
     },
     "every kind of metadata record has a replay handler",
 )
-_PARTS: dict[str, Any] = {"cluster": ClusterDelta, "producer_ids": ProducerIdsDelta,
-                          "topics": TopicsDelta, "configs": ConfigsDelta, "acls": AclsDelta,
-                          "scram": ScramDelta}
-check(all(hasattr(_PARTS[part], method) for part, method in _HANDLERS.values() if part),
-      "every replay handler exists")
-
-
 def apply_records(
     image: MetadataImage, records: Sequence[metadata_pb2.MetadataRecord]
 ) -> MetadataImage:

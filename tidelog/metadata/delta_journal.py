@@ -8,10 +8,13 @@ with an invalid record is undone key by key (:meth:`UndoJournal.rollback`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["MISSING", "Ignored", "UndoJournal", "require"]
+__all__ = ["MISSING", "Ignored", "UndoJournal", "overlaid", "require"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 #: "No change recorded" in a delta's table (None means "removed").
 MISSING: Any = object()
@@ -57,3 +60,14 @@ class UndoJournal:
     def clear(self) -> None:
         """The batch applied: its changes stay."""
         self._entries.clear()
+
+
+def overlaid(base: Mapping[K, V], changes: Mapping[K, V | None]) -> dict[K, V]:
+    """``base`` with a delta's table laid over it: a value replaces, None removes."""
+    merged = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tidelog.acl import AclBinding, binding_from_proto
-from tidelog.metadata.delta_journal import UndoJournal, require
+from tidelog.metadata.delta_journal import UndoJournal, overlaid, require
 from tidelog.metadata.image import ACL_ID_BYTES, AclsImage, ScramImage, frozen_mapping
 from tidelog.scram import ScramCredential, mechanism_named, user_name_problem
 from tidelog.v1 import metadata_pb2
@@ -54,13 +54,7 @@ class AclsDelta:
     def apply(self) -> AclsImage:
         if not self._acls:
             return self._image
-        by_id = dict(self._image.by_id)
-        for acl_id, binding in self._acls.items():
-            if binding is None:
-                by_id.pop(acl_id, None)
-            else:
-                by_id[acl_id] = binding
-        return AclsImage.of(by_id)
+        return AclsImage.of(overlaid(self._image.by_id, self._acls))
 
 
 class ScramDelta:
@@ -102,10 +96,4 @@ class ScramDelta:
     def apply(self) -> ScramImage:
         if not self._scram:
             return self._image
-        credentials = dict(self._image.credentials)
-        for key, credential in self._scram.items():
-            if credential is None:
-                credentials.pop(key, None)
-            else:
-                credentials[key] = credential
-        return ScramImage(frozen_mapping(credentials))
+        return ScramImage(frozen_mapping(overlaid(self._image.credentials, self._scram)))
